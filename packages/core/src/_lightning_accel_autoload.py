@@ -1,0 +1,96 @@
+"""Post-import hook that registers lightning-accel plugins into Lightning, installed at interpreter start.
+
+``lightning_accel_autoload.pth`` (and its PEP 829 twin ``lightning_accel_autoload.start``) call :func:`install`,
+which puts one finder on ``sys.meta_path`` and imports nothing else. When ``lightning.pytorch``,
+``lightning.fabric``, ``pytorch_lightning`` or ``lightning_fabric`` has finished importing, the finder hands the
+tree to ``lightning_accel.core.registration``. Set ``LIGHTNING_ACCEL_AUTOLOAD=0`` to turn it off.
+Kept to the standard library and tiny on purpose: it runs in every interpreter of the environment.
+"""
+
+import os
+import sys
+
+__all__ = ["install"]
+
+_TRIGGERS = frozenset(("lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric"))
+_fired = set()
+
+
+def _fire(name, module):
+    key = (name, id(module))
+    if key in _fired:
+        return
+    _fired.add(key)
+    try:
+        from lightning_accel.core.registration import register_tree
+
+        register_tree(name)
+    except Exception as exc:  # never break the user's `import lightning`
+        import warnings
+
+        warnings.warn(
+            f"lightning-accel-core could not register plugins into {name}: {type(exc).__name__}: {exc}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+class _ChainedLoader:
+    """Runs the real loader, then fires; everything else is delegated to the real loader."""
+
+    def __init__(self, loader, name):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        # Introspection (inspect, importlib.resources, reload) must see the real loader.
+        module.__loader__ = module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        _fire(self._name, module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _Finder:
+    _busy = set()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _TRIGGERS or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self._busy.discard(fullname)
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _ChainedLoader(spec.loader, fullname)
+        return spec
+
+
+def install(explicit=False):
+    """Install the hook; fire at once for trees already imported.
+
+    ``explicit=True`` (used by ``import lightning_accel.core``) ignores ``LIGHTNING_ACCEL_AUTOLOAD``: importing
+    lightning-accel is itself the request to register.
+    """
+    if not explicit and os.environ.get("LIGHTNING_ACCEL_AUTOLOAD", "1").strip().lower() in ("0", "false", "no", "off"):
+        return
+    if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+    for name in _TRIGGERS:
+        module = sys.modules.get(name)
+        spec = getattr(module, "__spec__", None)
+        if module is not None and not getattr(spec, "_initializing", False):
+            _fire(name, module)

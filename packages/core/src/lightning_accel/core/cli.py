@@ -1,0 +1,159 @@
+"""The ``lightning-accel`` command: ``list`` the installed plugins, print the ``env`` for bug reports.
+
+Example:
+    .. code-block:: console
+
+        $ LIGHTNING_ACCEL_EMULATE=hpu lightning-accel list
+        habana (lightning-accel-habana 0.1.0)
+          accelerator hpu: emulated: ...
+        $ lightning-accel env --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from lightning_accel.core.__about__ import __version__
+from lightning_accel.core.discovery import DISABLE_VAR, discovered_plugins
+from lightning_accel.core.emulation import EMULATE_BACKEND_VAR, EMULATE_VAR, EMULATED_DEVICES_VAR, emulation_settings
+from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.core.plugin import Availability
+
+__all__ = ["main", "plugin_report", "environment_report"]
+
+# Vendor SDK distributions that are not on PyPI; reported by `env` when present.
+_SDK_DISTRIBUTIONS = ("habana-torch-plugin", "habana-torch-dataloader", "poptorch", "deepspeed")
+_VARIABLES = (EMULATE_VAR, EMULATED_DEVICES_VAR, EMULATE_BACKEND_VAR, DISABLE_VAR, "LIGHTNING_ACCEL_AUTOLOAD")
+
+
+def _availability(check: Any) -> Availability:
+    try:
+        result: Availability = check()
+    except Exception as exc:  # a report must survive a broken plugin and say why
+        return Availability("unavailable", f"availability check failed: {type(exc).__name__}: {exc}")
+    return result
+
+
+def plugin_report() -> list[dict[str, Any]]:
+    """Every discovered plugin with its accelerators, strategies and availability, as plain data."""
+    report = []
+    for plugin in discovered_plugins():
+        availability = _availability(plugin.spec.check_availability)
+        report.append(
+            {
+                "name": plugin.name,
+                "distribution": plugin.distribution,
+                "version": plugin.version,
+                "availability": {
+                    "state": availability.state,
+                    "reason": availability.reason,
+                    "devices": availability.devices,
+                },
+                "accelerators": [
+                    {
+                        "name": acc.name,
+                        "description": acc.description,
+                        "single_strategy": acc.single_strategy,
+                        "parallel_strategy": acc.parallel_strategy,
+                    }
+                    for acc in plugin.spec.accelerators
+                ],
+                "strategies": [
+                    {
+                        "name": strategy.name,
+                        "description": strategy.description,
+                        "trainer": strategy.trainer is not None,
+                        "fabric": strategy.fabric is not None,
+                    }
+                    for strategy in plugin.spec.strategies
+                ],
+                "precision": dict(plugin.spec.precision),
+            }
+        )
+    return report
+
+
+def _version_of(distribution: str) -> str | None:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def environment_report() -> dict[str, Any]:
+    """Versions and settings that a bug report needs."""
+    try:
+        settings: dict[str, Any] | str = {
+            "emulated": sorted(emulation_settings().device_types) or ("all" if emulation_settings().emulate_all else []),
+            "devices": emulation_settings().devices,
+            "backend": emulation_settings().backend,
+        }
+    except ConfigurationError as exc:
+        settings = f"invalid: {exc}"
+    packages = ("lightning-accel-core", "torch", "lightning", "pytorch-lightning", "lightning-fabric")
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": {name: _version_of(name) for name in packages},
+        "plugins": {plugin.distribution: plugin.version for plugin in discovered_plugins()},
+        "sdks": {name: _version_of(name) for name in _SDK_DISTRIBUTIONS},
+        "variables": {name: os.environ.get(name) for name in _VARIABLES},
+        "emulation": settings,
+    }
+
+
+def _print_list(report: list[dict[str, Any]]) -> None:
+    if not report:
+        print("No lightning-accel plugin is installed. Install one, e.g. `pip install 'lightning-accel[habana]'`.")
+        return
+    for plugin in report:
+        availability = plugin["availability"]
+        print(f"{plugin['name']} ({plugin['distribution']} {plugin['version']})")
+        print(f"  availability: {availability['state']} ({availability['devices']} device(s)): {availability['reason']}")
+        for acc in plugin["accelerators"]:
+            print(f"  accelerator {acc['name']!r}: {acc['description']}")
+            print(f"    default strategy: {acc['single_strategy']!r} (1 device), {acc['parallel_strategy']!r} (more)")
+        for strategy in plugin["strategies"]:
+            where = "+".join(k for k in ("trainer", "fabric") if strategy[k])
+            print(f"  strategy {strategy['name']!r} [{where}]: {strategy['description']}")
+        for flag, description in plugin["precision"].items():
+            print(f"  precision {flag!r}: {description}")
+
+
+def _print_env(report: dict[str, Any]) -> None:
+    print(f"lightning-accel-core {__version__}")
+    print(f"python {report['python']} on {report['platform']}")
+    for section in ("packages", "plugins", "sdks", "variables"):
+        print(f"{section}:")
+        for name, value in report[section].items():
+            print(f"  {name}: {value if value is not None else '-'}")
+    print(f"emulation: {report['emulation']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="lightning-accel", description="lightning-accel plugins and environment")
+    parser.add_argument("--version", action="version", version=f"lightning-accel-core {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("list", "list installed plugins and their availability"), ("env", "print versions and settings")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        plugins = plugin_report()
+        print(json.dumps({"plugins": plugins}, indent=2)) if args.json else _print_list(plugins)
+    else:
+        env = environment_report()
+        print(json.dumps(env, indent=2)) if args.json else _print_env(env)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

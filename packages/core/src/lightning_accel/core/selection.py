@@ -1,0 +1,141 @@
+"""Accelerator and strategy selection for vendor accelerators, wrapped around Lightning's connectors.
+
+Lightning 2.6's connectors know only cpu, cuda, mps and xla: for ``accelerator="hpu"`` with ``strategy="auto"`` the
+Trainer raises "HPU is currently not supported", and for any other registered name it silently picks a CPU
+strategy. The core wraps three methods of the Trainer's and Fabric's connector classes. For a vendor accelerator
+(given as a name or an instance) the wrap asks the vendor plugin; everything else reaches Lightning's own code
+unchanged:
+
+- ``_choose_auto_accelerator``: ``accelerator="auto"`` picks a vendor only when its real hardware is present, or
+  when ``strategy=`` names one of the vendor's strategies and the vendor is usable (hardware or emulated).
+- ``_set_parallel_devices_and_init_accelerator``: a vendor accelerator that is neither on hardware nor emulated
+  fails with the plugin's reason (which says how to turn emulation on), not Lightning's generic message.
+- ``_choose_strategy``: one device on one node gets the plugin's single-device strategy, otherwise its parallel
+  strategy.
+
+The wrap is idempotent and version-guarded: outside the tested Lightning range a vendor accelerator is refused with
+a clear message and nothing else changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lightning_accel.core.compat import Tree, check_lightning_version, connector_class, registries
+from lightning_accel.core.errors import DeviceUnavailableError
+from lightning_accel.core.registration import VendorAccelerator, vendor_accelerators
+
+__all__ = ["install_selection", "is_wrapped"]
+
+_MARK = "__lightning_accel_original__"
+
+
+def _original(cls: type, name: str) -> Callable[..., Any]:
+    current = cls.__dict__[name]
+    function = current.__func__ if isinstance(current, staticmethod) else current
+    original: Callable[..., Any] = getattr(function, _MARK, function)
+    return original
+
+
+def _mark(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    setattr(wrapper, _MARK, original)
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    wrapper.__name__ = original.__name__
+    wrapper.__qualname__ = original.__qualname__
+    wrapper.__doc__ = original.__doc__
+    return wrapper
+
+
+def is_wrapped(tree: Tree) -> bool:
+    """Whether the connector of ``tree`` carries the lightning-accel selection wrap."""
+    cls = connector_class(tree)
+    return hasattr(cls.__dict__["_choose_strategy"], _MARK)
+
+
+def _vendor_for(tree: Tree, accelerator: object) -> VendorAccelerator | None:
+    return next((vendor for vendor in vendor_accelerators(tree) if vendor.owns(accelerator)), None)
+
+
+def _vendor_for_strategy(tree: Tree, strategy: object) -> VendorAccelerator | None:
+    for vendor in vendor_accelerators(tree):
+        for name, entry in vendor.strategies.items():
+            if strategy == name:
+                return vendor
+            cls = entry.loaded_class()
+            if cls is not None and isinstance(strategy, cls):
+                return vendor
+    return None
+
+
+def _require_usable(tree: Tree, vendor: VendorAccelerator) -> None:
+    check_lightning_version(tree)
+    availability = vendor.plugin.spec.check_availability()
+    if not availability.usable:
+        raise DeviceUnavailableError(
+            f"accelerator={vendor.spec.name!r} cannot run here: {availability.reason} "
+            f"(plugin {vendor.plugin.distribution} {vendor.plugin.version})"
+        )
+
+
+def _wrap_choose_auto_accelerator(tree: Tree, cls: type) -> None:
+    original = _original(cls, "_choose_auto_accelerator")
+
+    # Lightning declares it a staticmethod but always calls it on the instance; a plain function gets that
+    # instance (to see the strategy flag) and still works when called on the class.
+    def _choose_auto_accelerator(*args: Any) -> str:
+        connector = args[0] if args else None
+        strategy_flag = getattr(connector, "_strategy_flag", None)
+        chosen = _vendor_for_strategy(tree, strategy_flag) if strategy_flag not in (None, "auto") else None
+        if chosen is not None and chosen.plugin.spec.check_availability().usable:
+            return chosen.spec.name
+        for vendor in vendor_accelerators(tree):
+            if vendor.plugin.spec.check_availability().state == "hardware":
+                return vendor.spec.name
+        result: str = original()
+        return result
+
+    cls._choose_auto_accelerator = _mark(_choose_auto_accelerator, original)  # type: ignore[attr-defined]
+
+
+def _wrap_init_accelerator(tree: Tree, cls: type) -> None:
+    original = _original(cls, "_set_parallel_devices_and_init_accelerator")
+
+    def _set_parallel_devices_and_init_accelerator(self: Any) -> None:
+        vendor = _vendor_for(tree, self._accelerator_flag)
+        if vendor is not None:
+            _require_usable(tree, vendor)
+        original(self)
+
+    cls._set_parallel_devices_and_init_accelerator = _mark(  # type: ignore[attr-defined]
+        _set_parallel_devices_and_init_accelerator, original
+    )
+
+
+def _wrap_choose_strategy(tree: Tree, cls: type) -> None:
+    original = _original(cls, "_choose_strategy")
+    _, strategy_registry = registries(tree)
+
+    def _choose_strategy(self: Any) -> Any:
+        vendor = _vendor_for(tree, self._accelerator_flag)
+        if vendor is None:
+            return original(self)
+        check_lightning_version(tree)
+        if self._num_nodes_flag > 1 or len(self._parallel_devices) > 1:
+            return vendor.spec.parallel_strategy
+        name = vendor.spec.single_strategy
+        init_params = strategy_registry[name]["init_params"] if name in strategy_registry else {}
+        device = self._parallel_devices[0] if self._parallel_devices else None
+        if device is None:
+            return name
+        return vendor.strategies[name](device=device, **init_params)
+
+    cls._choose_strategy = _mark(_choose_strategy, original)  # type: ignore[attr-defined]
+
+
+def install_selection(tree: Tree) -> None:
+    """Wrap the connector of ``tree`` (idempotent: re-installing wraps the original again, not the wrap)."""
+    cls = connector_class(tree)
+    _wrap_choose_auto_accelerator(tree, cls)
+    _wrap_init_accelerator(tree, cls)
+    _wrap_choose_strategy(tree, cls)

@@ -1,0 +1,64 @@
+import pytest
+
+from lightning_accel.core.emulation import emulation_settings, reset_emulation_settings
+from lightning_accel.core.errors import ConfigurationError
+
+
+def settings_with(monkeypatch: pytest.MonkeyPatch, **env: str):  # type: ignore[no-untyped-def]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reset_emulation_settings()
+    return emulation_settings()
+
+
+def test_defaults_emulate_nothing() -> None:
+    settings = emulation_settings()
+    assert not settings.emulates("testacc")
+    assert (settings.devices, settings.backend) == (8, "cpu")
+
+
+def test_names_from_installed_plugins_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = settings_with(monkeypatch, LIGHTNING_ACCEL_EMULATE=" TestAcc ", LIGHTNING_ACCEL_EMULATED_DEVICES="2")
+    assert settings.emulates("testacc") and not settings.emulates("ipu")
+    assert settings.devices == 2
+
+
+def test_all_emulates_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert settings_with(monkeypatch, LIGHTNING_ACCEL_EMULATE="all").emulates("anything")
+
+
+@pytest.mark.parametrize("off", ["", "0", "off", "none"])
+def test_off_values(monkeypatch: pytest.MonkeyPatch, off: str) -> None:
+    assert not settings_with(monkeypatch, LIGHTNING_ACCEL_EMULATE=off).emulates("testacc")
+
+
+def test_unknown_device_type_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigurationError) as error:
+        settings_with(monkeypatch, LIGHTNING_ACCEL_EMULATE="testacc,tpu9")
+    assert str(error.value) == (
+        "LIGHTNING_ACCEL_EMULATE='testacc,tpu9' names unknown device type(s) 'tpu9'. Accepted: 'all', a "
+        "comma-separated list of 'testacc', or '0' to turn emulation off. Install the vendor extra first (e.g. "
+        "`pip install lightning-accel[habana]`) if the device type you want is missing."
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "eight", "4096"])
+def test_bad_device_count(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"LIGHTNING_ACCEL_EMULATED_DEVICES='{value}' is not a valid device"):
+        settings_with(monkeypatch, LIGHTNING_ACCEL_EMULATED_DEVICES=value)
+
+
+def test_bad_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigurationError) as error:
+        settings_with(monkeypatch, LIGHTNING_ACCEL_EMULATE_BACKEND="tpu")
+    assert str(error.value) == (
+        "LIGHTNING_ACCEL_EMULATE_BACKEND='tpu' is not a backing device. Accepted: 'cpu', 'cuda'; unset it for 'cpu'."
+    )
+
+
+def test_settings_are_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = settings_with(monkeypatch, LIGHTNING_ACCEL_EMULATED_DEVICES="3")
+    monkeypatch.setenv("LIGHTNING_ACCEL_EMULATED_DEVICES", "5")
+    assert emulation_settings() is first
+    reset_emulation_settings()
+    assert emulation_settings().devices == 5

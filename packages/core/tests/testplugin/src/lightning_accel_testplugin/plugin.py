@@ -1,0 +1,52 @@
+"""The plugin declaration (cheap: imports nothing heavy)."""
+
+import os
+
+from lightning_accel.core import AcceleratorSpec, Availability, PluginSpec, StrategySpec
+
+
+def availability() -> Availability:
+    """Usable unless ``TESTACC_UNAVAILABLE=1``; emulated when ``LIGHTNING_ACCEL_EMULATE`` names ``testacc``."""
+    if os.environ.get("TESTACC_UNAVAILABLE") == "1":
+        return Availability("unavailable", "TESTACC_UNAVAILABLE=1 is set; unset it to use testacc.")
+    return Availability("emulated", "testacc always runs on the CPU.", devices=os.cpu_count() or 1)
+
+
+PLUGIN = PluginSpec(
+    name="testplugin",
+    distribution="lightning-accel-testplugin",
+    accelerators=(
+        AcceleratorSpec(
+            name="testacc",
+            trainer="lightning_accel_testplugin.accelerator:TestAccelerator",
+            fabric="lightning_accel_testplugin.fabric:TestFabricAccelerator",
+            description="CPU-backed test accelerator",
+            single_strategy="testacc_single",
+            parallel_strategy="testacc_ddp",
+        ),
+    ),
+    strategies=(
+        StrategySpec(
+            "testacc_single",
+            "lightning_accel_testplugin.strategies:TestSingleStrategy",
+            "lightning_accel_testplugin.fabric:TestFabricSingleStrategy",
+            "single testacc device",
+        ),
+        StrategySpec(
+            "testacc_ddp",
+            "lightning_accel_testplugin.strategies:TestDDPStrategy",
+            "lightning_accel_testplugin.fabric:TestFabricDDPStrategy",
+            "DDP over gloo on testacc devices",
+        ),
+        StrategySpec(
+            "testacc_ddp_find_unused_parameters_true",
+            "lightning_accel_testplugin.strategies:TestDDPStrategy",
+            None,
+            "DDP over gloo, finding unused parameters",
+            {"find_unused_parameters": True},
+        ),
+    ),
+    availability="lightning_accel_testplugin.plugin:availability",
+    emulates=("testacc",),
+    precision={"32-true": "float32", "bf16-mixed": "CPU autocast in bfloat16"},
+)
