@@ -1,0 +1,98 @@
+"""Emulation of ``habana_frameworks.torch.distributed.hccl``.
+
+Importing the module registers the ``"hccl"`` backend with ``torch.distributed`` (as the SDK does). The emulated
+backend runs gloo on the CPU backing and nccl on the CUDA backing, so ``torch.distributed.get_backend()`` returns
+``"hccl"`` while the collectives are real.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+from .._backing import backing_type
+from ..hpu.device import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR, visible_device_count
+
+__all__ = ["BACKEND_NAME", "initialize_distributed_hpu"]
+
+BACKEND_NAME = "hccl"
+
+_MPI_TO_TORCH = {
+    "OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK",
+    "OMPI_COMM_WORLD_SIZE": "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK": "RANK",
+}
+
+
+def _create_process_group(backend_opts: Any, pg_opts: Any) -> Any:
+    timeout: timedelta = backend_opts.timeout
+    if backing_type() == "cuda":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, options)
+    return dist.ProcessGroupGloo(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, timeout)
+
+
+def _register() -> None:
+    if BACKEND_NAME in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True, devices=[backing_type()])
+
+
+def _set_module_id(local_rank: int, world_size: int) -> None:
+    # As in the SDK: single-process runs and unknown local ranks leave the module choice to the runtime.
+    if HLS_MODULE_ID_VAR in os.environ or local_rank == -1 or world_size == 1:
+        return
+    visible = visible_device_count()
+    if local_rank >= visible:
+        raise AssertionError(
+            "There is not enough devices available for training. Please verify if "
+            f"{HABANA_VISIBLE_MODULES_VAR} is set correctly. (local_rank={local_rank}, visible emulated HPUs="
+            f"{visible}; set LIGHTNING_ACCEL_EMULATED_DEVICES or {HABANA_VISIBLE_MODULES_VAR} to expose more.)"
+        )
+    modules = os.environ.get(HABANA_VISIBLE_MODULES_VAR)
+    if modules and modules.strip():
+        os.environ[HLS_MODULE_ID_VAR] = [m.strip() for m in modules.split(",") if m.strip()][local_rank]
+    else:
+        os.environ[HLS_MODULE_ID_VAR] = str(local_rank)
+
+
+def initialize_distributed_hpu(
+    world_size: int | None = None, rank: int | None = None, local_rank: int | None = None
+) -> tuple[int, int, int]:
+    """Set up the environment of a distributed HPU process and return ``(world_size, rank, local_rank)``.
+
+    With all three arguments given they are written to ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``; otherwise the
+    values come from the environment (torchrun variables, or Open MPI's ``OMPI_COMM_WORLD_*``), and ``MASTER_ADDR`` /
+    ``MASTER_PORT`` default to ``localhost:12345``. Sets ``HLS_MODULE_ID`` to the module of the local rank and ``ID``
+    to the global rank.
+
+    Raises:
+        AssertionError: "There is not enough devices available for training..." when the local rank has no visible
+            module (the SDK's own error type and text).
+    """
+    if world_size is not None and rank is not None and local_rank is not None:
+        os.environ["WORLD_SIZE"] = str(world_size)
+        os.environ["RANK"] = str(rank)
+        os.environ["LOCAL_RANK"] = str(local_rank)
+    else:
+        if not all(name in os.environ for name in _MPI_TO_TORCH.values()) and all(
+            name in os.environ for name in _MPI_TO_TORCH
+        ):
+            for mpi_name, torch_name in _MPI_TO_TORCH.items():
+                os.environ[torch_name] = os.environ[mpi_name]
+        os.environ.setdefault("MASTER_ADDR", "localhost")
+        os.environ.setdefault("MASTER_PORT", "12345")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    global_rank = int(os.environ.get("RANK", "-1"))
+    local = int(os.environ.get("LOCAL_RANK", "-1"))
+    _set_module_id(local, world)
+    if global_rank != -1:
+        os.environ["ID"] = str(global_rank)
+    return world, global_rank, local
+
+
+_register()

@@ -1,0 +1,121 @@
+"""Device queries of the emulated ``habana_frameworks.torch.hpu``."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .._backing import backing_type, emulated_device_count
+
+__all__ = [
+    "HABANA_VISIBLE_MODULES_VAR",
+    "HLS_MODULE_ID_VAR",
+    "current_device",
+    "device_count",
+    "get_device_name",
+    "is_available",
+    "is_initialized",
+    "set_device",
+    "synchronize",
+    "visible_device_count",
+]
+
+HABANA_VISIBLE_MODULES_VAR = "HABANA_VISIBLE_MODULES"
+HLS_MODULE_ID_VAR = "HLS_MODULE_ID"
+
+_DEVICE_NAME = "GAUDI2 (emulated)"
+_current = 0
+
+
+def visible_device_count() -> int:
+    """How many emulated modules this process may use: the ``HABANA_VISIBLE_MODULES`` list if set, else all.
+
+    Raises:
+        ValueError: When ``HABANA_VISIBLE_MODULES`` names a module the emulator does not have.
+    """
+    total = emulated_device_count()
+    raw = os.environ.get(HABANA_VISIBLE_MODULES_VAR)
+    if raw is None or not raw.strip():
+        return total
+    modules = [part.strip() for part in raw.split(",") if part.strip()]
+    bad = [m for m in modules if not m.isdigit() or int(m) >= total]
+    if bad:
+        raise ValueError(
+            f"{HABANA_VISIBLE_MODULES_VAR}={raw!r} names module(s) {', '.join(map(repr, bad))} that the emulator does "
+            f"not have. Accepted: comma-separated module ids from 0 to {total - 1} (LIGHTNING_ACCEL_EMULATED_DEVICES="
+            f"{total}); unset it to see every emulated module."
+        )
+    return len(modules)
+
+
+def is_available() -> bool:
+    """Always ``True``: the emulator is only handed out when emulation is switched on."""
+    return True
+
+
+def is_initialized() -> bool:
+    """Always ``True``: the emulated devices need no initialisation."""
+    return True
+
+
+def device_count() -> int:
+    """The number of emulated HPUs visible to this process."""
+    return visible_device_count()
+
+
+def get_device_name(device: int | str | torch.device | None = None) -> str:
+    """The device name; the emulator reports ``"GAUDI2 (emulated)"``."""
+    if device is not None:
+        _check_index(_index_of(device), "device")
+    return _DEVICE_NAME
+
+
+def current_device() -> int:
+    """Index of the HPU this process uses."""
+    return _current
+
+
+def set_device(device: int | str | torch.device) -> None:
+    """Select the HPU this process uses.
+
+    Raises:
+        ValueError: When the index is outside ``range(device_count())``.
+    """
+    global _current
+    index = _index_of(device)
+    _check_index(index, "device")
+    _current = index
+    if backing_type() == "cuda":
+        torch.cuda.set_device(index % torch.cuda.device_count())
+
+
+def synchronize(device: int | str | torch.device | None = None) -> None:
+    """Wait for queued work on the backing device; CPU work is already complete when an op returns."""
+    if backing_type() == "cuda":
+        torch.cuda.synchronize()
+
+
+def _index_of(device: int | str | torch.device) -> int:
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"device={device!r} is not an HPU device. Accepted: an index, 'hpu', 'hpu:N' or torch.device('hpu', N)."
+        ) from exc
+    if parsed.type != "hpu":
+        raise ValueError(
+            f"device={device!r} is not an HPU device. Accepted: an index, 'hpu', 'hpu:N' or torch.device('hpu', N)."
+        )
+    return parsed.index if parsed.index is not None else _current
+
+
+def _check_index(index: int, argument: str) -> None:
+    count = device_count()
+    if not 0 <= index < count:
+        raise ValueError(
+            f"{argument}={index} is out of range: {count} HPU(s) are visible, so accepted indices are 0 to "
+            f"{count - 1}. Set LIGHTNING_ACCEL_EMULATED_DEVICES to emulate more devices."
+        )

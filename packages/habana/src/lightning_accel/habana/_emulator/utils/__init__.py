@@ -1,0 +1,3 @@
+"""Emulation of ``habana_frameworks.torch.utils``."""
+
+__all__: list[str] = []

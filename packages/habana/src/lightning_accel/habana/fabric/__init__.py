@@ -1,0 +1,13 @@
+"""Fabric counterparts of the HPU accelerator and strategies.
+
+Example:
+    >>> from lightning.fabric import Fabric
+    >>> from lightning_accel.habana.fabric import HPUAccelerator, SingleHPUStrategy
+    >>> fabric = Fabric(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy())  # doctest: +SKIP
+"""
+
+from ..checkpoint_io import HPUCheckpointIO
+from .accelerator import HPUAccelerator
+from .strategies import HPUParallelStrategy, SingleHPUStrategy
+
+__all__ = ["HPUAccelerator", "HPUCheckpointIO", "HPUParallelStrategy", "SingleHPUStrategy"]

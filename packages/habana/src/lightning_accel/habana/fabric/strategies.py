@@ -1,0 +1,167 @@
+"""Fabric strategies for HPUs: one device, or data parallel over HCCL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
+from typing_extensions import override
+
+from .. import sdk
+from .._collectives import all_reduce
+from .._env import initialize_hccl, restore_environment
+from .._lazy import MarkStepAfterUpdates
+from ..checkpoint_io import HPUCheckpointIO
+
+if TYPE_CHECKING:
+    from lightning.fabric.accelerators import Accelerator
+    from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment, Precision
+
+__all__ = ["HPUParallelStrategy", "SingleHPUStrategy"]
+
+
+class SingleHPUStrategy(MarkStepAfterUpdates, SingleDeviceStrategy):
+    """Fabric strategy for one HPU (``strategy="hpu_single"``); closes the lazy graph after backward and step.
+
+    Example:
+        >>> from lightning.fabric import Fabric
+        >>> from lightning_accel.habana.fabric import HPUAccelerator, SingleHPUStrategy
+        >>> fabric = Fabric(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy())  # doctest: +SKIP
+    """
+
+    strategy_name = "hpu_single"
+
+    def __init__(
+        self,
+        device: torch.device | str | int = "hpu",
+        accelerator: Accelerator | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision: Precision | None = None,
+    ) -> None:
+        given = torch.device("hpu", device) if isinstance(device, int) and not isinstance(device, bool) else device
+        super().__init__(device=given, accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        """The device tensors live on: the HPU, or the device backing it under emulation."""
+        return sdk.to_device(self._root_device)
+
+    @property
+    @override
+    def checkpoint_io(self) -> CheckpointIO:
+        """The checkpoint I/O; :class:`HPUCheckpointIO` unless another was given."""
+        if self._checkpoint_io is None:
+            self._checkpoint_io = HPUCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO | None) -> None:
+        self._checkpoint_io = io
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register ``"hpu_single"`` (the core does this from the plugin spec)."""
+        strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)
+
+
+class HPUParallelStrategy(MarkStepAfterUpdates, DDPStrategy):
+    """Fabric data parallel over HCCL (``strategy="hpu_parallel"``, also ``"hpu_ddp"``).
+
+    ``fabric.all_reduce`` supports sum, mean, min and max.
+
+    Example:
+        >>> import torch
+        >>> from lightning.fabric import Fabric
+        >>> from lightning_accel.habana.fabric import HPUAccelerator, HPUParallelStrategy
+        >>> strategy = HPUParallelStrategy(parallel_devices=[torch.device("hpu")] * 2)
+        >>> fabric = Fabric(accelerator=HPUAccelerator(), strategy=strategy, devices=2)  # doctest: +SKIP
+    """
+
+    strategy_name = "hpu_parallel"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision: Precision | None = None,
+        process_group_backend: str | None = "hccl",
+        timeout: timedelta | None = default_pg_timeout,
+        start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision=precision,
+            process_group_backend=process_group_backend or sdk.distributed_backend(),
+            timeout=timeout,
+            start_method=start_method,
+            **kwargs,
+        )
+        self._saved_environment: dict[str, str | None] | None = None
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        """The device of this process's HPU, mapped to its backing under emulation."""
+        assert self.parallel_devices is not None
+        given = self.parallel_devices[self.local_rank]
+        if given.type == sdk.DEVICE_TYPE and given.index is None:
+            given = torch.device(sdk.DEVICE_TYPE, self.local_rank)
+        return sdk.to_device(given)
+
+    @property
+    @override
+    def checkpoint_io(self) -> CheckpointIO:
+        """The checkpoint I/O; :class:`HPUCheckpointIO` unless another was given."""
+        if self._checkpoint_io is None:
+            self._checkpoint_io = HPUCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO | None) -> None:
+        self._checkpoint_io = io
+
+    @override
+    def setup_environment(self) -> None:
+        """Register ``"hccl"`` and set up this rank's HPU environment before joining the process group."""
+        self._saved_environment = initialize_hccl(self.world_size, self.global_rank, self.local_rank)
+        super().setup_environment()
+
+    @override
+    def _determine_ddp_device_ids(self) -> list[int] | None:
+        # The HPU runtime gives each process one device, so DDP must not pin device ids.
+        return None
+
+    @override
+    def all_reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
+        """Reduce a tensor over all processes with ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``.
+
+        Raises:
+            ConfigurationError: For any other ``reduce_op``.
+        """
+        return all_reduce(tensor, group=group, reduce_op=reduce_op)
+
+    @override
+    def teardown(self) -> None:
+        """Tear down DDP and undo the environment variables the HPU set-up wrote."""
+        super().teardown()
+        if self._saved_environment is not None:
+            restore_environment(self._saved_environment)
+            self._saved_environment = None
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register ``"hpu_parallel"`` and ``"hpu_ddp"`` (the core does this from the plugin spec)."""
+        for name in (cls.strategy_name, "hpu_ddp"):
+            strategy_registry.register(name, cls, description=cls.__name__, override=True)

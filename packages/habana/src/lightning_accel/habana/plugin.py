@@ -1,0 +1,53 @@
+"""The plugin spec of lightning-accel-habana, read by the core through the ``lightning_accel.plugins`` entry point.
+
+Cheap to import: it names classes by path and imports neither torch, Lightning nor the Habana SDK.
+"""
+
+from __future__ import annotations
+
+from lightning_accel.core.plugin import AcceleratorSpec, PluginSpec, StrategySpec
+
+__all__ = ["PLUGIN"]
+
+_PKG = "lightning_accel.habana"
+
+PLUGIN = PluginSpec(
+    name="habana",
+    distribution="lightning-accel-habana",
+    accelerators=(
+        AcceleratorSpec(
+            name="hpu",
+            trainer=f"{_PKG}.accelerator:HPUAccelerator",
+            fabric=f"{_PKG}.fabric.accelerator:HPUAccelerator",
+            description="Intel Gaudi (HPU) through the Habana SDK, or its emulator",
+            single_strategy="hpu_single",
+            parallel_strategy="hpu_parallel",
+        ),
+    ),
+    strategies=(
+        StrategySpec(
+            name="hpu_single",
+            trainer=f"{_PKG}.strategies.single:SingleHPUStrategy",
+            fabric=f"{_PKG}.fabric.strategies:SingleHPUStrategy",
+            description="One HPU in one process",
+        ),
+        StrategySpec(
+            name="hpu_parallel",
+            trainer=f"{_PKG}.strategies.parallel:HPUParallelStrategy",
+            fabric=f"{_PKG}.fabric.strategies:HPUParallelStrategy",
+            description="Distributed data parallel over HCCL, one process per HPU, multi-node",
+        ),
+        StrategySpec(
+            name="hpu_ddp",
+            trainer=f"{_PKG}.strategies.parallel:HPUParallelStrategy",
+            fabric=f"{_PKG}.fabric.strategies:HPUParallelStrategy",
+            description="Alias of hpu_parallel",
+        ),
+    ),
+    availability=f"{_PKG}.availability:availability",
+    emulates=("hpu",),
+    precision={
+        "32-true": "float32 weights and computation",
+        "32": "float32 weights and computation (alias of 32-true)",
+    },
+)

@@ -1,0 +1,186 @@
+"""The seam: the only module that imports the Habana SDK (``habana_frameworks``).
+
+It hands out the SDK's modules, or the package's emulator of them, and says what differs between the two (the
+device tensors live on, the distributed backend). Nothing is imported or probed until first use.
+
+Which one you get:
+
+* ``LIGHTNING_ACCEL_EMULATE=hpu`` (or ``all``): the emulator, even where the SDK is installed (an explicit request
+  wins, so that emulated runs can be compared with hardware runs on the same machine);
+* otherwise, when ``habana_frameworks`` is installed: the real SDK;
+* otherwise: :class:`~lightning_accel.core.DeviceUnavailableError` saying how to install the SDK or turn the
+  emulator on.
+
+User code written against the SDK runs unchanged on both through the lazy module attributes:
+
+Example:
+    >>> import os; os.environ["LIGHTNING_ACCEL_EMULATE"] = "hpu"
+    >>> from lightning_accel.core.emulation import reset_emulation_settings; reset_emulation_settings()
+    >>> from lightning_accel.habana.sdk import htcore, hpu
+    >>> htcore.mark_step()
+    >>> hpu.get_device_name()
+    'GAUDI2 (emulated)'
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from lightning_accel.core.emulation import EMULATE_VAR, announce_emulation, emulation_settings
+from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "DEVICE_TYPE",
+    "DISTRIBUTED_BACKEND",
+    "SDK_DISTRIBUTION",
+    "SDK_PACKAGE",
+    "core_module",
+    "device",
+    "device_type",
+    "distributed_backend",
+    "hccl_module",
+    "hpu_module",
+    "ht_module",
+    "is_emulated",
+    "is_sdk_installed",
+    "require",
+    "to_device",
+]
+
+DEVICE_TYPE = "hpu"
+SDK_PACKAGE = "habana_frameworks"
+SDK_DISTRIBUTION = "habana-torch-plugin"
+DISTRIBUTED_BACKEND = "hccl"
+
+_EMULATOR = "lightning_accel.habana._emulator"
+_REAL = "habana_frameworks.torch"
+
+# Lazy attributes: ``from lightning_accel.habana.sdk import htcore`` resolves the SDK at that statement.
+_LAZY_MODULES = {"htcore": "core", "hpu": "hpu", "hccl": "distributed.hccl", "ht": ""}
+
+
+def is_sdk_installed() -> bool:
+    """Whether the ``habana_frameworks`` package can be imported (it is not imported)."""
+    return importlib.util.find_spec(SDK_PACKAGE) is not None
+
+
+def is_emulated() -> bool:
+    """Whether the seam hands out the emulator (``LIGHTNING_ACCEL_EMULATE`` includes ``hpu``)."""
+    return emulation_settings().emulates(DEVICE_TYPE)
+
+
+def require() -> None:
+    """Check that the SDK or its emulator can be used.
+
+    Raises:
+        DeviceUnavailableError: When neither is available; the message says how to fix it.
+    """
+    if is_emulated():
+        announce_emulation(DEVICE_TYPE, SDK_PACKAGE)
+        return
+    if is_sdk_installed():
+        return
+    raise DeviceUnavailableError(
+        f"The Habana SDK ({SDK_DISTRIBUTION}, import name '{SDK_PACKAGE}') is missing, so HPUs cannot be used in this "
+        f"process. Install the Gaudi software stack on a Gaudi machine, or set the environment variable "
+        f"{EMULATE_VAR}=hpu to run on the software emulator (backed by CPU, or CUDA with "
+        "LIGHTNING_ACCEL_EMULATE_BACKEND=cuda)."
+    )
+
+
+def _module(relative: str) -> ModuleType:
+    require()
+    base = _EMULATOR if is_emulated() else _REAL
+    return importlib.import_module(f"{base}.{relative}" if relative else base)
+
+
+def ht_module() -> ModuleType:
+    """``habana_frameworks.torch`` (or the emulator's package), with ``.core`` and ``.hpu``."""
+    return _module("")
+
+
+def core_module() -> ModuleType:
+    """``habana_frameworks.torch.core`` (``htcore``): ``mark_step()``, ``is_lazy()``."""
+    return _module("core")
+
+
+def hpu_module() -> ModuleType:
+    """``habana_frameworks.torch.hpu``: device queries, RNG and memory statistics."""
+    return _module("hpu")
+
+
+def hccl_module() -> ModuleType:
+    """``habana_frameworks.torch.distributed.hccl``; importing it registers the ``"hccl"`` backend."""
+    return _module("distributed.hccl")
+
+
+def distributed_backend() -> str:
+    """The ``torch.distributed`` backend name for HPUs: ``"hccl"`` (registered by :func:`hccl_module`)."""
+    return DISTRIBUTED_BACKEND
+
+
+def device_type() -> str:
+    """The ``torch.device`` type tensors of an HPU live on: ``"hpu"`` on hardware, ``"cpu"``/``"cuda"`` emulated."""
+    require()
+    if is_emulated():
+        from ._emulator._backing import backing_type
+
+        return backing_type()
+    return DEVICE_TYPE
+
+
+def device(index: int | None = None) -> torch.device:
+    """The ``torch.device`` tensors of HPU ``index`` live on (the process's own HPU when ``None``).
+
+    On hardware every process sees its HPU as ``hpu`` (the runtime picks the module from ``HLS_MODULE_ID``).
+    """
+    import torch
+
+    require()
+    if is_emulated():
+        from ._emulator._backing import backing_device
+
+        return backing_device(index)
+    return torch.device(DEVICE_TYPE)
+
+
+def to_device(value: torch.device | str | int) -> torch.device:
+    """Map a device a user gave (``torch.device("hpu")``, ``"hpu:1"``, an index) to where tensors live.
+
+    The backing device itself is accepted too, so that mapping twice is harmless.
+
+    Raises:
+        ConfigurationError: When ``value`` is neither an HPU device nor the device HPU tensors live on.
+    """
+    import torch
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        return device(value)
+    try:
+        parsed = torch.device(value)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigurationError(
+            f"device={value!r} is not a device. Accepted: 'hpu', 'hpu:N', torch.device('hpu') or an index."
+        ) from exc
+    if parsed.type == DEVICE_TYPE:
+        return device(parsed.index)
+    if parsed.type == device_type():
+        return parsed
+    raise ConfigurationError(
+        f"device={value!r} is not an HPU. Accepted: 'hpu', 'hpu:N', torch.device('hpu') or an index"
+        f"{'' if device_type() == DEVICE_TYPE else f' (or {device_type()!r}, which backs the emulated HPUs)'}. "
+        "Use accelerator='cpu' or 'cuda' to train on another device."
+    )
+
+
+def __getattr__(name: str) -> Any:
+    relative = _LAZY_MODULES.get(name)
+    if relative is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _module(relative)

@@ -1,0 +1,146 @@
+"""Data-parallel training over HCCL, on one or more nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+from lightning.pytorch.strategies import DDPStrategy
+from typing_extensions import override
+
+from .. import sdk
+from .._collectives import all_reduce
+from .._env import initialize_hccl, restore_environment
+from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
+from ..checkpoint_io import HPUCheckpointIO
+
+if TYPE_CHECKING:
+    from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
+    from lightning.pytorch.accelerators import Accelerator
+    from lightning.pytorch.plugins.precision import Precision
+
+__all__ = ["HPUParallelStrategy"]
+
+
+class HPUParallelStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DDPStrategy):
+    """Distributed data parallel over HCCL (``strategy="hpu_parallel"``, also ``"hpu_ddp"``).
+
+    One process per HPU; several nodes through ``num_nodes`` and Lightning's cluster environments (the variables
+    ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``; torchrun; SLURM). ``reduce`` supports sum, mean,
+    min and max. Evaluation runs under ``torch.no_grad``.
+
+    Args:
+        accelerator: The accelerator (normally set by the Trainer).
+        parallel_devices: The HPUs of this node, e.g. ``[torch.device("hpu")] * 8``; the Trainer's ``devices`` by
+            default. Under emulation they are mapped to the backing device when the strategy sets up.
+        cluster_environment: How processes find each other (Lightning picks one by default).
+        checkpoint_io: Checkpoint I/O; :class:`HPUCheckpointIO` by default.
+        precision_plugin: Precision plugin (normally set by the Trainer).
+        process_group_backend: The ``torch.distributed`` backend; ``"hccl"``.
+        timeout: Timeout of collective operations.
+        start_method: How Lightning starts the processes of this node (``"popen"`` re-runs the script).
+        **kwargs: Passed to :class:`torch.nn.parallel.DistributedDataParallel`.
+
+    Example:
+        >>> import torch
+        >>> from lightning.pytorch import Trainer
+        >>> from lightning_accel.habana import HPUAccelerator, HPUParallelStrategy
+        >>> strategy = HPUParallelStrategy(parallel_devices=[torch.device("hpu")] * 2)
+        >>> trainer = Trainer(accelerator=HPUAccelerator(), strategy=strategy, devices=2)  # doctest: +SKIP
+    """
+
+    strategy_name = "hpu_parallel"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+        ddp_comm_state: object | None = None,
+        ddp_comm_hook: Callable[..., Any] | None = None,
+        ddp_comm_wrapper: Callable[..., Any] | None = None,
+        model_averaging_period: int | None = None,
+        process_group_backend: str | None = "hccl",
+        timeout: timedelta | None = default_pg_timeout,
+        start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            ddp_comm_state=ddp_comm_state,
+            ddp_comm_hook=ddp_comm_hook,
+            ddp_comm_wrapper=ddp_comm_wrapper,
+            model_averaging_period=model_averaging_period,
+            process_group_backend=process_group_backend or sdk.distributed_backend(),
+            timeout=timeout,
+            start_method=start_method,
+            **kwargs,
+        )
+        self._saved_environment: dict[str, str | None] | None = None
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        """The device of this process's HPU: ``parallel_devices[local_rank]``, mapped to its backing under emulation."""
+        assert self.parallel_devices is not None
+        given = self.parallel_devices[self.local_rank]
+        if given.type == sdk.DEVICE_TYPE and given.index is None:
+            given = torch.device(sdk.DEVICE_TYPE, self.local_rank)
+        return sdk.to_device(given)
+
+    @property
+    @override
+    def checkpoint_io(self) -> CheckpointIO:
+        """The checkpoint I/O; :class:`HPUCheckpointIO` unless another was given."""
+        if self._checkpoint_io is None:
+            self._checkpoint_io = HPUCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO | None) -> None:
+        self._checkpoint_io = io
+
+    @override
+    def determine_ddp_device_ids(self) -> list[int] | None:
+        """None: the HPU runtime gives each process one device, so DDP must not pin device ids."""
+        return None
+
+    @override
+    def setup_distributed(self) -> None:
+        """Register ``"hccl"``, set up the HPU environment of this rank, then join the process group."""
+        self.set_world_ranks()
+        self._saved_environment = initialize_hccl(self.world_size, self.global_rank, self.local_rank)
+        super().setup_distributed()
+
+    @override
+    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
+        """Reduce a tensor over all processes with ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``.
+
+        Raises:
+            ConfigurationError: For any other ``reduce_op``.
+        """
+        return all_reduce(tensor, group=group, reduce_op=reduce_op)
+
+    @override
+    def teardown(self) -> None:
+        """Tear down DDP and undo the environment variables the HPU set-up wrote."""
+        super().teardown()
+        if self._saved_environment is not None:
+            restore_environment(self._saved_environment)
+            self._saved_environment = None
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register ``"hpu_parallel"`` and ``"hpu_ddp"`` (the core does this from the plugin spec)."""
+        for name in (cls.strategy_name, "hpu_ddp"):
+            strategy_registry.register(name, cls, description=cls.__name__, override=True)

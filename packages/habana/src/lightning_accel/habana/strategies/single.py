@@ -1,0 +1,78 @@
+"""One HPU in one process."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from lightning.pytorch.strategies import SingleDeviceStrategy
+from typing_extensions import override
+
+from .. import sdk
+from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
+from ..checkpoint_io import HPUCheckpointIO
+
+if TYPE_CHECKING:
+    from lightning.fabric.plugins import CheckpointIO
+    from lightning.pytorch.accelerators import Accelerator
+    from lightning.pytorch.plugins.precision import Precision
+
+__all__ = ["SingleHPUStrategy"]
+
+
+class SingleHPUStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, SingleDeviceStrategy):
+    """Train on one HPU (``strategy="hpu_single"``).
+
+    In lazy mode it closes the HPU graph after the backward pass, after the optimizer step and around each evaluation
+    step. Checkpoints go through :class:`~lightning_accel.habana.HPUCheckpointIO` unless you pass another one.
+
+    Args:
+        device: The HPU: ``"hpu"``, ``"hpu:N"``, ``torch.device("hpu")`` or an index. Under emulation it is mapped to
+            the backing device when the strategy sets up.
+        accelerator: The accelerator (normally set by the Trainer).
+        checkpoint_io: Checkpoint I/O; :class:`HPUCheckpointIO` by default.
+        precision_plugin: Precision plugin (normally set by the Trainer).
+
+    Example:
+        >>> from lightning.pytorch import Trainer
+        >>> from lightning_accel.habana import HPUAccelerator, SingleHPUStrategy
+        >>> trainer = Trainer(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(), devices=1)  # doctest: +SKIP
+    """
+
+    strategy_name = "hpu_single"
+
+    def __init__(
+        self,
+        device: torch.device | str | int = "hpu",
+        accelerator: Accelerator | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+    ) -> None:
+        given = torch.device("hpu", device) if isinstance(device, int) and not isinstance(device, bool) else device
+        super().__init__(
+            device=given, accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin
+        )
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        """The device tensors live on: the HPU, or the device backing it under emulation."""
+        return sdk.to_device(self._root_device)
+
+    @property
+    @override
+    def checkpoint_io(self) -> CheckpointIO:
+        """The checkpoint I/O; :class:`HPUCheckpointIO` unless another was given."""
+        if self._checkpoint_io is None:
+            self._checkpoint_io = HPUCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO | None) -> None:
+        self._checkpoint_io = io
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register ``"hpu_single"`` (the core does this from the plugin spec)."""
+        strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)
