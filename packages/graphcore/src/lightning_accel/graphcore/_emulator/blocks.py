@@ -1,0 +1,130 @@
+"""Model-parallel annotations: ``BeginBlock``, ``Block`` and ``BlockFunction`` assign layers to IPUs.
+
+Outside an executor (plain PyTorch on the host) they do nothing, as in poptorch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from .errors import Error
+from .tracing import current_context
+
+__all__ = ["BeginBlock", "Block", "BlockFunction", "LegacyBeginBlockFn"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_M = TypeVar("_M")
+
+
+class _BlockHook:
+    """Forward pre-hook that starts a block whenever its module is called."""
+
+    def __init__(self, user_id: str | None, ipu_id: int | None) -> None:
+        self.user_id = user_id
+        self.ipu_id = ipu_id
+
+    def __call__(self, module: torch.nn.Module, inputs: Any) -> None:
+        context = current_context()
+        if context is not None:
+            context.start_block(self.user_id, self.ipu_id)
+
+
+class LegacyBeginBlockFn:
+    """``BeginBlock`` applied to a plain callable: calling it starts the block, then calls the function.
+
+    Example:
+        >>> double = LegacyBeginBlockFn(lambda x: 2 * x, None, 1)
+        >>> double(3)
+        6
+    """
+
+    def __init__(self, fn: Callable[..., Any], user_id: str | None, ipu_id: int | None) -> None:
+        self._fn = fn
+        self._hook = _BlockHook(user_id, ipu_id)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        context = current_context()
+        if context is not None:
+            context.start_block(self._hook.user_id, self._hook.ipu_id)
+        return self._fn(*args, **kwargs)
+
+
+def _check_ids(user_id: Any, ipu_id: Any) -> None:
+    if user_id is not None and not isinstance(user_id, str):
+        raise TypeError(f"user_id must be a str or None, got {user_id!r}.")
+    if ipu_id is not None and (isinstance(ipu_id, bool) or not isinstance(ipu_id, int) or ipu_id < 0):
+        raise TypeError(f"ipu_id must be a non-negative int (the IPU within one replica) or None, got {ipu_id!r}.")
+
+
+def BeginBlock(layer_to_call: _M, user_id: str | None = None, ipu_id: int | None = None) -> _M:
+    """Start a new block (on IPU ``ipu_id``) each time ``layer_to_call`` runs; returns the layer.
+
+    Everything executed afterwards belongs to that block until the next block starts.
+
+    Example:
+        >>> layer = BeginBlock(torch.nn.Linear(5, 10), ipu_id=1)
+        >>> isinstance(layer, torch.nn.Linear)
+        True
+    """
+    _check_ids(user_id, ipu_id)
+    if not isinstance(layer_to_call, torch.nn.Module):
+        if callable(layer_to_call):
+            return LegacyBeginBlockFn(layer_to_call, user_id, ipu_id)  # type: ignore[return-value]
+        raise TypeError(f"BeginBlock takes a torch.nn.Module or a callable, got {layer_to_call!r}.")
+    for hook in layer_to_call._forward_pre_hooks.values():
+        if isinstance(hook, _BlockHook):
+            raise Error(f"module has already been assigned to a block: {type(layer_to_call).__name__}")
+    layer_to_call.register_forward_pre_hook(_BlockHook(user_id, ipu_id))
+    return layer_to_call
+
+
+class Block:
+    """Context manager: the enclosed code runs in a block on IPU ``ipu_id``.
+
+    Example:
+        >>> with Block(ipu_id=0):
+        ...     y = torch.ones(2) * 2
+        >>> y.tolist()
+        [2.0, 2.0]
+    """
+
+    def __init__(self, user_id: str | None = None, ipu_id: int | None = None) -> None:
+        _check_ids(user_id, ipu_id)
+        self.user_id = user_id
+        self.ipu_id = ipu_id
+
+    def __enter__(self) -> Block:
+        context = current_context()
+        if context is not None:
+            context.start_block(self.user_id, self.ipu_id)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def BlockFunction(user_id: str | None = None, ipu_id: int | None = None) -> Callable[[_F], _F]:
+    """Decorator: the function body runs in a block on IPU ``ipu_id``.
+
+    Example:
+        >>> @BlockFunction(ipu_id=1)
+        ... def head(x):
+        ...     return x + 1
+        >>> head(1)
+        2
+    """
+    _check_ids(user_id, ipu_id)
+
+    def decorate(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with Block(user_id, ipu_id):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

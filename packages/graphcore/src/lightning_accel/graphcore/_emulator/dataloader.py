@@ -1,0 +1,155 @@
+"""``poptorch.DataLoader``: a torch ``DataLoader`` whose batches feed one host call each."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sized
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+from .enums import DataLoaderMode
+from .options import Options
+
+__all__ = ["AsynchronousDataAccessor", "DataLoader"]
+
+log = logging.getLogger("poptorch")
+
+
+class _CombinedBatchSampler:
+    """Concatenates ``factor`` consecutive batches of a batch sampler into one host batch."""
+
+    def __init__(self, batch_sampler: Iterable[list[int]], factor: int, drop_last: bool) -> None:
+        self.batch_sampler = batch_sampler
+        self.factor = factor
+        self.drop_last = drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        group: list[int] = []
+        count = 0
+        for batch in self.batch_sampler:
+            group.extend(batch)
+            count += 1
+            if count == self.factor:
+                yield group
+                group, count = [], 0
+        if group and not self.drop_last:
+            yield group
+
+    def __len__(self) -> int:
+        if not isinstance(self.batch_sampler, Sized):
+            raise TypeError("The batch sampler has no length.")
+        full, rest = divmod(len(self.batch_sampler), self.factor)
+        return full + (1 if rest and not self.drop_last else 0)
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """``poptorch.DataLoader``: each batch holds ``batch_size x device_iterations x replicas x accumulation`` samples.
+
+    The options are frozen. ``drop_last`` defaults to ``True`` because a smaller last batch would not match the
+    compiled model. ``mode`` is accepted; the emulator always loads synchronously.
+
+    Example:
+        >>> opts = Options().deviceIterations(4)
+        >>> loader = DataLoader(opts, torch.utils.data.TensorDataset(torch.arange(32.0)), batch_size=2)
+        >>> loader.combinedBatchSize, len(loader)
+        (8, 4)
+    """
+
+    def __init__(
+        self,
+        options: Options,
+        dataset: Dataset[Any],
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        num_workers: int = 0,
+        drop_last: bool = True,
+        persistent_workers: bool | None = None,
+        auto_distributed_partitioning: bool = True,
+        mode: DataLoaderMode = DataLoaderMode.Sync,
+        async_options: dict[str, Any] | None = None,
+        rebatched_worker_size: int | None = None,
+        batch_sampler: Iterable[list[int]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(options, Options):
+            raise TypeError(
+                f"poptorch.DataLoader(options=...) takes a poptorch.Options as first argument, got {options!r}."
+            )
+        if not isinstance(mode, DataLoaderMode):
+            raise TypeError(f"mode must be a poptorch.DataLoaderMode, got {mode!r}.")
+        options._freeze()
+        factor = (
+            options.device_iterations
+            * (options.replication_factor // options.input_group_size)
+            * options.Training.gradient_accumulation
+        )
+        self.options = options
+        self._factor = factor
+        if batch_sampler is not None:
+            if (batch_size not in (None, 1)) or shuffle:
+                raise ValueError(
+                    "poptorch.DataLoader: batch_sampler is mutually exclusive with batch_size and shuffle; pass "
+                    "batch_sampler alone."
+                )
+            self.combinedBatchSize: int | None = None
+            super().__init__(
+                dataset,
+                batch_sampler=_CombinedBatchSampler(batch_sampler, factor, drop_last),
+                num_workers=num_workers,
+                persistent_workers=bool(persistent_workers) and num_workers > 0,
+                **kwargs,
+            )
+            return
+        if batch_size is None or isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"poptorch.DataLoader(batch_size={batch_size!r}): pass a positive int.")
+        self.combinedBatchSize = batch_size * factor
+        if not drop_last and not isinstance(dataset, IterableDataset) and isinstance(dataset, Sized):
+            remainder = len(dataset) % self.combinedBatchSize
+            if remainder:
+                log.warning(
+                    "The number of elements in the dataset (%d) is not divisible by the number of elements processed "
+                    "per step (%d) and drop_last=False: the last batch (%d elements) will not match the compiled "
+                    "model.",
+                    len(dataset),
+                    self.combinedBatchSize,
+                    remainder,
+                )
+        super().__init__(
+            dataset,
+            batch_size=self.combinedBatchSize,
+            shuffle=bool(shuffle),
+            num_workers=num_workers,
+            drop_last=drop_last,
+            persistent_workers=bool(persistent_workers) and num_workers > 0,
+            **kwargs,
+        )
+
+    @property
+    def _combined_batch_size(self) -> int | None:
+        return self.combinedBatchSize
+
+
+class AsynchronousDataAccessor:
+    """poptorch's background loader; the emulator iterates the wrapped loader synchronously (same batches).
+
+    Example:
+        >>> accessor = AsynchronousDataAccessor([1, 2])
+        >>> list(accessor)
+        [1, 2]
+    """
+
+    def __init__(self, dataset: Iterable[Any], **kwargs: Any) -> None:
+        self._dataset = dataset
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._dataset)
+
+    def __len__(self) -> int:
+        if not isinstance(self._dataset, Sized):
+            raise TypeError("The wrapped loader has no length.")
+        return len(self._dataset)
+
+    def terminate(self) -> None:
+        """Stop the background worker (nothing to stop in the emulator)."""

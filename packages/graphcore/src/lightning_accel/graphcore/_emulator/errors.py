@@ -1,0 +1,24 @@
+"""The exception poptorch raises from its executors (``poptorch.Error``)."""
+
+from __future__ import annotations
+
+__all__ = ["Error"]
+
+
+class Error(RuntimeError):
+    """An error raised by the (emulated) PopTorch runtime.
+
+    Like poptorch's own error it carries ``type``, ``message`` and ``location``; ``str()`` of it starts with
+    ``'poptorch_py_error': `` followed by the message, as poptorch prints it.
+
+    Example:
+        >>> err = Error("Device is not attached")
+        >>> err.message
+        'Device is not attached'
+    """
+
+    def __init__(self, message: str, error_type: str = "poptorch_py_error") -> None:
+        super().__init__(f"'{error_type}': {message}")
+        self.type = error_type
+        self.message = message
+        self.location = ""

@@ -1,0 +1,708 @@
+"""``PoplarExecutor``, ``trainingModel`` and ``inferenceModel``: the emulated device runtime.
+
+The executor keeps its own copy of the weights (the "device" copy) and runs the host model's code on it with
+``torch.func.functional_call``. One host call consumes ``device_iterations x gradient_accumulation x replicas``
+micro-batches laid out as ``[device_iterations][gradient_accumulation][replicas]`` along dimension 0 and, in
+training, performs one weight update per device iteration with the gradients of its ``gradient_accumulation x
+replicas`` micro-batches reduced by ``Mean`` (default) or ``Sum``. Replicas run one after another on the same
+weights, which gives the same result as data-parallel replicas with an all-reduce.
+
+Weights move between host and device as poptorch moves them: a training call leaves the host weights current, and
+an executor pushes the host weights to its device copy before a call whenever they changed (for example because a
+training executor of the same model updated them, or the user loaded a state dict).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import itertools
+import logging
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from . import device, report
+from .enums import OutputMode, ReductionType
+from .errors import Error
+from .execution import ShardedExecution
+from .optim import SUPPORTED_TYPES, DeviceOptimizerMixin
+from .options import Options
+from .structures import flatten, unflatten
+from .tracing import DeviceContext, final_loss, running_on
+
+__all__ = ["PoplarExecutor", "inferenceModel", "trainingModel"]
+
+log = logging.getLogger("poptorch")
+
+NO_EXECUTABLE_ERR = (
+    "Model has not been compiled or has been destroyed. Call the model (or compile()) before this operation."
+)
+_MISMATCH_END = (
+    "\nThis error occurred because the inputs passed at runtime don't match the inputs used to compile the model.\n"
+    "To recompile the model for the new inputs create a new inferenceModel / trainingModel wrapper or call destroy() "
+    "on the curent one and try again."
+)
+# Models wrapped by a trainingModel that was not destroyed (poptorch allows one at a time).
+_training_wrapped: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+
+
+class _Compiled:
+    """What compilation produced: the input signature and the placement of the model on IPUs."""
+
+    def __init__(self, signature: list[tuple[str, Any]], context: DeviceContext, num_ipus: int, stages: int) -> None:
+        self.signature = signature
+        self.context = context
+        self.num_ipus = num_ipus
+        self.stages = stages
+
+
+def _names_of_arguments(model: torch.nn.Module, count: int) -> list[str]:
+    try:
+        parameters = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        parameters = []
+    names: list[str] = []
+    for param in parameters:
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            names.append(param.name)
+        elif param.kind == param.VAR_POSITIONAL:
+            names.extend(f"{param.name}[{i}]" for i in range(count - len(names)))
+    names.extend(f"argument {i}" for i in range(len(names), count))
+    return names[:count]
+
+
+def _describe(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Every leaf of the inputs with a readable name (``x``, ``batch[0]``, ``inputs[label]``)."""
+    described: list[tuple[str, Any]] = []
+
+    def walk(name: str, value: Any) -> None:
+        if isinstance(value, (tuple, list)):
+            for i, item in enumerate(value):
+                walk(f"{name}[{i}]", item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{name}[{key}]", item)
+        else:
+            described.append((name, value))
+
+    for name, arg in zip(_names_of_arguments(model, len(args)), args, strict=False):
+        walk(name, arg)
+    for key, value in kwargs.items():
+        walk(key, value)
+    return described
+
+
+class PoplarExecutor:
+    """A model compiled for (emulated) IPUs; call it like the model.
+
+    Built by :func:`trainingModel` or :func:`inferenceModel`. The first call compiles the model for the shapes it
+    is given and attaches to the IPUs; later calls must pass inputs of the same types, shapes and values.
+
+    Example:
+        >>> model = torch.nn.Linear(4, 2)
+        >>> executor = inferenceModel(model, Options().deviceIterations(2))
+        >>> executor(torch.ones(6, 4)).shape
+        torch.Size([6, 2])
+        >>> executor.destroy()
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        options: Options | None,
+        training: bool,
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> None:
+        if options is None:
+            options = Options()
+        if not isinstance(options, Options):
+            raise TypeError(f"options must be a poptorch.Options, got {type(options).__name__}.")
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+        options._freeze()
+        resolved = options.clone()
+        if training:
+            if resolved.defaultOutputMode():
+                resolved.outputMode(OutputMode.Final)
+            if optimizer is None:
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        else:
+            if resolved.defaultOutputMode():
+                resolved.outputMode(OutputMode.All)
+            if resolved.Training.gradient_accumulation != 1:
+                message = (
+                    "You must set poptorch.Options().Training.gradientAccumulation to 1 or leave it as its default "
+                    "value (1) when running a poptorch.inferenceModel()."
+                )
+                if not isinstance(resolved._execution_strategy, ShardedExecution):
+                    message += (
+                        " Use poptorch.Options().deviceIterations to process a sufficient number of batches each run "
+                        "for pipelined execution instead."
+                    )
+                raise Error(message)
+        resolved._freeze()
+        self._user_model = model
+        self._options = resolved
+        self._training = training
+        self._optimizer = optimizer
+        if optimizer is not None:
+            self._check_optimizer(optimizer)
+        self._executable: _Compiled | None = None
+        self._is_attached = False
+        self._device_state: dict[str, torch.Tensor] = {}
+        self._host_keys: dict[str, tuple[int, int, int, torch.dtype]] = {}
+        self._device_optimizer: torch.optim.Optimizer | None = None
+        weakref.finalize(self, device.release, id(self))
+
+    # -- introspection -----------------------------------------------------------------------------------------
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The wrapped host model."""
+        return self._user_model
+
+    @property
+    def options(self) -> Options:
+        """The frozen options the executor runs with (output mode resolved)."""
+        return self._options
+
+    def isCompiled(self) -> bool:
+        """Whether the model has been compiled (and not destroyed)."""
+        return self._executable is not None
+
+    def isAttachedToDevice(self) -> bool:
+        """Whether the executor holds its IPUs (``False`` before compilation)."""
+        return self.isCompiled() and self._is_attached
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names the executor does not define: they belong to the wrapped model.
+        if name.startswith("__") or name == "_user_model":
+            raise AttributeError(name)
+        return getattr(self._user_model, name)
+
+    # -- weights -----------------------------------------------------------------------------------------------
+
+    def _host_tensors(self) -> Iterator[tuple[str, torch.Tensor, bool]]:
+        for name, param in self._user_model.named_parameters():
+            yield name, param, True
+        for name, buffer in self._user_model.named_buffers():
+            yield name, buffer, False
+
+    @staticmethod
+    def _key(tensor: torch.Tensor) -> tuple[int, int, int, torch.dtype]:
+        return (id(tensor), tensor._version, tensor.data_ptr(), tensor.dtype)
+
+    def _upload(self) -> None:
+        """Copy the host weights, buffers and optimizer state to the device copy."""
+        state: dict[str, torch.Tensor] = {}
+        for name, tensor, is_param in self._host_tensors():
+            copy_ = tensor.detach().clone()
+            if is_param:
+                copy_.requires_grad_(tensor.requires_grad)
+            state[name] = copy_
+        self._device_state = state
+        self._host_keys = {name: self._key(tensor) for name, tensor, _ in self._host_tensors()}
+        if self._training and self._optimizer is not None:
+            self._build_device_optimizer(self._optimizer)
+
+    def _upload_if_host_changed(self) -> None:
+        keys = {name: self._key(tensor) for name, tensor, _ in self._host_tensors()}
+        if keys != self._host_keys:
+            self._upload()
+
+    def _download(self) -> None:
+        """Copy the device weights and buffers (and poptorch optimizer state) back to the host model."""
+        with torch.no_grad():
+            for name, tensor, _ in self._host_tensors():
+                source = self._device_state.get(name)
+                if source is not None:
+                    tensor.copy_(source)
+        self._host_keys = {name: self._key(tensor) for name, tensor, _ in self._host_tensors()}
+        if isinstance(self._optimizer, DeviceOptimizerMixin) and self._device_optimizer is not None:
+            self._copy_optimizer_state(self._device_optimizer, self._optimizer, to_host=True)
+
+    def copyWeightsToHost(self) -> None:
+        """Copy the device weights to the host model."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        self._download()
+
+    def copyWeightsToDevice(self) -> None:
+        """Copy the host weights to the device."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        self._upload()
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        """Load weights into the host model; they reach the device before the next call."""
+        return self._user_model.load_state_dict(state_dict, strict=strict)
+
+    # -- optimizer ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_optimizer(optimizer: Any) -> None:
+        if not isinstance(optimizer, SUPPORTED_TYPES):
+            names = ", ".join(f"torch.optim.{t.__name__}" for t in SUPPORTED_TYPES)
+            raise ValueError(
+                f"Unsupported optimizer type {type(optimizer).__name__}. Types supported: {names} and their "
+                "poptorch.optim counterparts."
+            )
+        if any(group.get("amsgrad") for group in optimizer.param_groups):
+            raise ValueError("Only non-amsgrad Adam/AdamW optimizers are supported: set amsgrad=False.")
+
+    @staticmethod
+    def _base_type(optimizer: torch.optim.Optimizer) -> type[torch.optim.Optimizer]:
+        # AdamW before Adam: in some torch versions AdamW subclasses Adam.
+        for kind in (torch.optim.AdamW, torch.optim.Adam, torch.optim.RMSprop, torch.optim.SGD):
+            if isinstance(optimizer, kind):
+                return kind
+        raise AssertionError("unreachable: optimizer type checked before")
+
+    def _device_params(self, optimizer: torch.optim.Optimizer) -> list[list[torch.Tensor]]:
+        names = {id(param): name for name, param in self._user_model.named_parameters()}
+        groups = []
+        for group in optimizer.param_groups:
+            params = []
+            for param in group["params"]:
+                if id(param) not in names:
+                    raise ValueError(
+                        f"The optimizer holds a parameter of shape {tuple(param.shape)} that is not a parameter of "
+                        "the wrapped model; build the optimizer from model.parameters()."
+                    )
+                params.append(self._device_state[names[id(param)]])
+            groups.append(params)
+        return groups
+
+    def _build_device_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        device_groups = self._device_params(optimizer)
+        groups = [
+            {**{k: v for k, v in group.items() if k != "params"}, "params": params}
+            for group, params in zip(optimizer.param_groups, device_groups, strict=False)
+        ]
+        kind: Any = self._base_type(optimizer)
+        self._device_optimizer = kind(groups)
+        self._copy_optimizer_state(optimizer, self._device_optimizer, to_host=False)
+
+    def _copy_optimizer_state(
+        self, source: torch.optim.Optimizer, target: torch.optim.Optimizer, to_host: bool
+    ) -> None:
+        host = target if to_host else source
+        device_ = source if to_host else target
+        host_params = [p for group in host.param_groups for p in group["params"]]
+        device_params = [p for group in device_.param_groups for p in group["params"]]
+        pairs = (
+            zip(device_params, host_params, strict=False) if to_host else zip(host_params, device_params, strict=False)
+        )
+        for src, dst in pairs:
+            state = source.state.get(src)
+            if state:
+                target.state[dst] = {
+                    k: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for k, v in state.items()
+                }
+
+    def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Use ``optimizer``'s hyper-parameters (learning rate, momentum, ...) from the next weight update on.
+
+        The device keeps its optimizer state when the optimizer type is unchanged.
+        """
+        if not self._training:
+            raise Error("setOptimizer() can only be called on a poptorch.trainingModel.")
+        self._check_optimizer(optimizer)
+        previous = self._optimizer
+        self._optimizer = optimizer
+        if not self.isCompiled() or self._device_optimizer is None:
+            return
+        if previous is None or self._base_type(previous) is not self._base_type(optimizer):
+            self._build_device_optimizer(optimizer)
+            return
+        if len(optimizer.param_groups) != len(self._device_optimizer.param_groups):
+            raise Error(
+                f"setOptimizer: the new optimizer has {len(optimizer.param_groups)} parameter groups but the model "
+                f"was compiled with {len(self._device_optimizer.param_groups)}; create a new trainingModel instead."
+            )
+        for group, device_group in zip(optimizer.param_groups, self._device_optimizer.param_groups, strict=False):
+            for key, value in group.items():
+                if key != "params":
+                    device_group[key] = value
+
+    # -- attach / detach -------------------------------------------------------------------------------------
+
+    def attachToDevice(self) -> None:
+        """Attach to the IPUs again after :meth:`detachFromDevice`; pushes weights and optimizer state."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        if self._is_attached:
+            raise Error("Device is already attached")
+        assert self._executable is not None
+        device.acquire(id(self), self._executable.num_ipus)
+        self._is_attached = True
+        self._upload()
+
+    def detachFromDevice(self) -> None:
+        """Release the IPUs (other models can use them); weights are copied to the host first."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        if not self._is_attached:
+            raise Error("Device is not attached")
+        if self._training:
+            self._download()
+        device.release(id(self))
+        self._is_attached = False
+
+    def destroy(self) -> None:
+        """Free the executable and the IPUs; a training model's weights are copied to the host first."""
+        if not self.isCompiled():
+            return
+        if self._training:
+            self._download()
+            _training_wrapped.discard(self._user_model)
+        device.release(id(self))
+        self._is_attached = False
+        self._executable = None
+
+    # -- compilation -------------------------------------------------------------------------------------------
+
+    @property
+    def _batch_factor(self) -> int:
+        opts = self._options
+        return (
+            opts.device_iterations
+            * (opts.replication_factor // opts.input_group_size)
+            * opts.Training.gradient_accumulation
+        )
+
+    def _micro_batches(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
+        """Split every tensor input into ``factor`` micro-batches; return per-leaf views ``[factor, B, ...]``."""
+        leaves, spec = flatten((args, kwargs))
+        factor = self._batch_factor
+        opts = self._options
+        split: list[Any] = []
+        for leaf in leaves:
+            if not isinstance(leaf, torch.Tensor):
+                split.append(leaf)
+                continue
+            batch = 1 if leaf.dim() == 0 else leaf.shape[0]
+            if batch % factor != 0:
+                raise Error(
+                    f"Invalid batch dimension: In the input {leaf.shape}, the batch dimension ({batch}) must be a "
+                    f"multiple of Options.deviceIterations({opts.device_iterations}) * "
+                    f"(Options.replicationFactor({opts.replication_factor}) / "
+                    f"Options.inputReplicaGrouping.input_group_size({opts.input_group_size})) * "
+                    f"Options.Training.gradientAccumulation({opts.Training.gradient_accumulation}) = {factor} "
+                    "because it is used to calculate the batch size which will be executed on the device in any "
+                    "given iteration. For a full explanation see the batching semantics page of the documentation."
+                )
+            if leaf.dim() == 0:
+                split.append(leaf.reshape(1).expand(factor))
+            else:
+                split.append(leaf.reshape(factor, batch // factor, *leaf.shape[1:]))
+        return split, spec
+
+    @staticmethod
+    def _micro_batch(split: list[Any], spec: Any, index: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        leaves = [leaf[index] if isinstance(leaf, torch.Tensor) else leaf for leaf in split]
+        args, kwargs = unflatten(leaves, spec)
+        return tuple(args), dict(kwargs)
+
+    def _signature(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+        return [
+            (name, ("tensor", value.dtype, value.shape) if isinstance(value, torch.Tensor) else ("value", value))
+            for name, value in _describe(self._user_model, args, kwargs)
+        ]
+
+    def _validate(self, signature: list[tuple[str, Any]]) -> None:
+        assert self._executable is not None
+        compiled = self._executable.signature
+        if len(signature) != len(compiled):
+            raise Error(
+                f"Number of inputs mismatch: expected {len(compiled)} input values but got {len(signature)}."
+                f"{_MISMATCH_END}"
+            )
+        for (name, expected), (_, got) in zip(compiled, signature, strict=False):
+            if expected[0] != got[0]:
+                raise Error(f"Type mismatch for {name}: expected {expected[0]} but got {got[0]}.{_MISMATCH_END}")
+            if expected[0] == "tensor":
+                if expected[1] != got[1]:
+                    raise Error(
+                        f"Data type mismatch for {name}: expected {expected[1]} but got {got[1]}.{_MISMATCH_END}"
+                    )
+                if expected[2] != got[2]:
+                    raise Error(f"Shape mismatch for {name}: expected {expected[2]} but got {got[2]}.{_MISMATCH_END}")
+            elif expected[1] != got[1]:
+                raise Error(f"Value mismatch for {name}: expected {expected[1]} but got {got[1]}.{_MISMATCH_END}")
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """Compile the model for inputs shaped like ``args`` (a full host batch) and attach to the IPUs."""
+        if self.isCompiled():
+            log.warning("Call to compile() ignored: the model is already compiled.")
+            return
+        if self._training and self._user_model in _training_wrapped:
+            raise RuntimeError(
+                "Model has already been wrapped in 'poptorch.trainingModel'. Call model.destroy() on the model to "
+                "unwrap before wrapping again."
+            )
+        split, spec = self._micro_batches(args, kwargs)
+        first_args, first_kwargs = self._micro_batch(split, spec, 0)
+        self._upload()
+        names = {id(self._device_state[name]): name for name, _ in self._user_model.named_parameters()}
+        context = DeviceContext(names, record=True)
+        state = {
+            name: tensor if name in names.values() else tensor.clone() for name, tensor in self._device_state.items()
+        }
+        # The trace is a dry run: it must not consume random numbers or move running statistics.
+        with torch.random.fork_rng(devices=[]), self._mode(), torch.set_grad_enabled(self._training):
+            with running_on(context):
+                torch.func.functional_call(self._user_model, state, first_args, first_kwargs)
+            if self._training:
+                final_loss(context.losses)
+        stages = self._count_stages(context)
+        self._check_pipeline(stages)
+        num_ipus = device.reserve_count(
+            context.used_ipus, self._options.replication_factor, self._options.auto_round_num_ipus
+        )
+        device.acquire(id(self), num_ipus)
+        self._is_attached = True
+        self._executable = _Compiled(self._signature(first_args, first_kwargs), context, num_ipus, stages)
+        if self._training:
+            _training_wrapped.add(self._user_model)
+        self._write_report()
+
+    def _count_stages(self, context: DeviceContext) -> int:
+        strategy = self._options._execution_strategy
+        stages = [strategy.stage_of(user_id, ipu) for user_id, ipu in context.blocks]
+        return 1 + sum(1 for before, after in itertools.pairwise(stages) if before != after)
+
+    def _check_pipeline(self, stages: int) -> None:
+        if stages <= 1 or not self._options._execution_strategy.pipelined:
+            return
+        if self._training:
+            pipeline_stages = 2 * stages - 1
+            if self._options.Training.gradient_accumulation < pipeline_stages:
+                raise Error(
+                    "poptorch.Options().Training.gradientAccumulation must be greater than or equal to the number of "
+                    f"pipeline stages ({pipeline_stages}) when using poptorch.PipelinedExecution. Please note that a "
+                    f"model with {stages} pipeline stages in PopTorch will have an additional {stages - 1} stages "
+                    "when training."
+                )
+        elif self._options.device_iterations < stages:
+            raise Error(
+                "poptorch.Options().deviceIterations must be greater than or equal to the number of pipeline stages "
+                f"({stages}) when using PopTorch.PipelinedExecution."
+            )
+
+    def _write_report(self) -> None:
+        assert self._executable is not None
+        context = self._executable.context
+        opts = self._options
+        name = opts.model_name if opts.exists("model_name") else ("training" if self._training else "inference")
+        params = dict(self._user_model.named_parameters())
+        ipus = []
+        for ipu in range(context.used_ipus):
+            used = sorted(context.parameters.get(ipu, set()))
+            operators = dict(sorted(context.operators.get(ipu, {}).items()))
+            ipus.append(
+                {
+                    "ipu": ipu,
+                    "parameters": used,
+                    "parameter_elements": sum(params[p].numel() for p in used if p in params),
+                    "parameter_bytes": sum(params[p].numel() * params[p].element_size() for p in used if p in params),
+                    "operators": operators,
+                    "operator_count": sum(operators.values()),
+                }
+            )
+        report.write_report(
+            name,
+            {
+                "model_name": name,
+                "executor": "training" if self._training else "inference",
+                "options": {
+                    "device_iterations": opts.device_iterations,
+                    "replication_factor": opts.replication_factor,
+                    "gradient_accumulation": opts.Training.gradient_accumulation,
+                    "output_mode": OutputMode(opts.output_mode).name,
+                    "output_return_period": opts.output_return_period,
+                    "reduction": ReductionType(opts.Training.accumulation_and_replication_reduction_type).name,
+                },
+                "ipus_per_replica": context.used_ipus,
+                "replicas": opts.replication_factor,
+                "ipus_reserved": self._executable.num_ipus,
+                "execution": "sharded" if isinstance(opts._execution_strategy, ShardedExecution) else "pipelined",
+                "pipeline_stages": self._executable.stages,
+                "inputs": [
+                    {"name": n, "shape": list(s[2]), "dtype": str(s[1])}
+                    for n, s in self._executable.signature
+                    if s[0] == "tensor"
+                ],
+                "ipus": ipus,
+            },
+        )
+
+    # -- execution ---------------------------------------------------------------------------------------------
+
+    def _mode(self) -> Any:
+        """Put the model in train (training) or eval (inference) mode for the call, then restore every module."""
+        executor = self
+
+        class _Mode:
+            def __enter__(self) -> None:
+                self.saved = [(module, module.training) for module in executor._user_model.modules()]
+                executor._user_model.train(executor._training)
+
+            def __exit__(self, *exc: object) -> None:
+                for module, mode in self.saved:
+                    module.training = mode
+
+        return _Mode()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run one host call: ``device_iterations`` iterations over the micro-batches in ``args``."""
+        if not self.isCompiled():
+            self.compile(*args, **kwargs)
+        split, spec = self._micro_batches(args, kwargs)
+        self._validate(self._signature(*self._micro_batch(split, spec, 0)))
+        if not self._is_attached:
+            log.info("Attaching to device")
+            self.attachToDevice()
+        self._upload_if_host_changed()
+        with self._mode():
+            outputs = self._run_training(split, spec) if self._training else self._run_inference(split, spec)
+        if self._training:
+            self._download()
+        return self._gather(outputs)
+
+    def _run_once(self, split: list[Any], spec: Any, index: int, context: DeviceContext) -> Any:
+        args, kwargs = self._micro_batch(split, spec, index)
+        with running_on(context):
+            return torch.func.functional_call(self._user_model, self._device_state, args, kwargs)
+
+    def _run_inference(self, split: list[Any], spec: Any) -> list[Any]:
+        outputs = []
+        with torch.no_grad():
+            for index in range(self._batch_factor):
+                outputs.append(self._run_once(split, spec, index, DeviceContext({}, record=False)))
+        return outputs
+
+    def _run_training(self, split: list[Any], spec: Any) -> list[Any]:
+        opts = self._options
+        accumulation, replicas = opts.Training.gradient_accumulation, opts.replication_factor
+        mean = opts.Training.accumulation_and_replication_reduction_type == ReductionType.Mean
+        optimizer = self._device_optimizer
+        assert optimizer is not None
+        loss_scaling = getattr(self._optimizer, "loss_scaling", 1.0)
+        max_grad_norm = getattr(self._optimizer, "max_grad_norm", None)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        outputs = []
+        with torch.enable_grad():
+            for iteration in range(opts.device_iterations):
+                for param in params:
+                    param.grad = None
+                for step in range(accumulation * replicas):
+                    index = iteration * accumulation * replicas + step
+                    context = DeviceContext({}, record=False)
+                    out = self._run_once(split, spec, index, context)
+                    loss = final_loss(context.losses)
+                    scale = loss_scaling / (accumulation * replicas) if mean else loss_scaling
+                    loss.backward(torch.full_like(loss, scale))
+                    outputs.append(_detach(out))
+                with torch.no_grad():
+                    grads = [p for p in params if p.grad is not None]
+                    if loss_scaling != 1.0:
+                        for param in grads:
+                            param.grad.div_(loss_scaling)
+                    if max_grad_norm is not None and grads:
+                        torch.nn.utils.clip_grad_norm_(grads, max_grad_norm)
+                optimizer.step()
+        return outputs
+
+    def _gather(self, outputs: list[Any]) -> Any:
+        """Combine the per-micro-batch outputs as the output mode says."""
+        opts = self._options
+        accumulation, replicas = opts.Training.gradient_accumulation, opts.replication_factor
+        per_iteration = accumulation * replicas
+        mode = OutputMode(opts.output_mode)
+        leaves_per_output = [flatten(out)[0] for out in outputs]
+        spec = flatten(outputs[0])[1]
+        combined = []
+        for position in range(len(leaves_per_output[0])):
+            values = [leaves[position] for leaves in leaves_per_output]
+            if not isinstance(values[0], torch.Tensor):
+                combined.append(values[-1])
+                continue
+            if mode == OutputMode.All:
+                selected = values
+            elif mode == OutputMode.Final:
+                selected = values[-replicas:]
+            elif mode == OutputMode.EveryN:
+                period = opts.output_return_period
+                selected = [
+                    value
+                    for iteration in range(opts.device_iterations)
+                    if (iteration + 1) % period == 0
+                    for value in values[iteration * per_iteration : (iteration + 1) * per_iteration]
+                ]
+            else:  # Sum: per replica, over every micro-batch of the call
+                selected = [torch.stack(values[r::replicas]).sum(dim=0) for r in range(replicas)]
+            combined.append(_concat(selected))
+        result = unflatten(combined, spec)
+        return result
+
+
+def _detach(value: Any) -> Any:
+    leaves, spec = flatten(value)
+    return unflatten([leaf.detach() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
+
+
+def _concat(values: list[torch.Tensor]) -> torch.Tensor:
+    if len(values) == 1:
+        return values[0]
+    if values[0].dim() == 0:
+        return torch.stack(values)
+    return torch.cat(values, dim=0)
+
+
+def _unwrap(model: Any) -> torch.nn.Module:
+    return model._user_model if isinstance(model, PoplarExecutor) else model
+
+
+def trainingModel(
+    model: torch.nn.Module, options: Options | None = None, optimizer: torch.optim.Optimizer | None = None
+) -> PoplarExecutor:
+    """Wrap ``model`` for training: each call runs forward, backward and ``device_iterations`` weight updates.
+
+    Without an optimizer, ``torch.optim.SGD(lr=0.01)`` is used. The model must compute exactly one final loss.
+
+    Example:
+        >>> import torch.nn.functional as F
+        >>> class Net(torch.nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.fc = torch.nn.Linear(2, 1)
+        ...     def forward(self, x, y):
+        ...         return F.mse_loss(self.fc(x), y)
+        >>> executor = trainingModel(Net(), Options().deviceIterations(3))
+        >>> executor(torch.ones(6, 2), torch.zeros(6, 1)).shape
+        torch.Size([])
+        >>> executor.destroy()
+    """
+    model = _unwrap(model)
+    if model in _training_wrapped:
+        raise RuntimeError(
+            "Model has already been wrapped in 'poptorch.trainingModel'. Call model.destroy() on the model to "
+            "unwrap before wrapping again."
+        )
+    return PoplarExecutor(model, options, training=True, optimizer=optimizer)
+
+
+def inferenceModel(model: torch.nn.Module, options: Options | None = None) -> PoplarExecutor:
+    """Wrap ``model`` for inference; by default each call returns the outputs of every micro-batch.
+
+    Example:
+        >>> executor = inferenceModel(torch.nn.Linear(3, 1))
+        >>> executor(torch.ones(2, 3)).shape
+        torch.Size([2, 1])
+        >>> executor.destroy()
+    """
+    return PoplarExecutor(_unwrap(model), options, training=False)

@@ -1,0 +1,204 @@
+"""What the emulated device sees while it runs one micro-batch.
+
+poptorch traces the model into a graph; the emulator runs the model eagerly under a ``TorchFunctionMode`` that
+reproduces what the graph compiler observes: which IPU each operation and parameter lands on (from the block
+annotations), which values are losses (every torch loss function and ``identity_loss``), and poptorch's default
+half/float casting (an operation that mixes float16 and float32 inputs runs in float32).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from .errors import Error
+
+__all__ = ["DeviceContext", "current_context", "final_loss", "running_on"]
+
+_LOSS_FUNCTIONS = frozenset(
+    getattr(F, name)
+    for name in (
+        "binary_cross_entropy",
+        "binary_cross_entropy_with_logits",
+        "cosine_embedding_loss",
+        "cross_entropy",
+        "ctc_loss",
+        "gaussian_nll_loss",
+        "hinge_embedding_loss",
+        "huber_loss",
+        "kl_div",
+        "l1_loss",
+        "margin_ranking_loss",
+        "mse_loss",
+        "multi_margin_loss",
+        "multilabel_margin_loss",
+        "multilabel_soft_margin_loss",
+        "nll_loss",
+        "poisson_nll_loss",
+        "smooth_l1_loss",
+        "soft_margin_loss",
+        "triplet_margin_loss",
+    )
+    if hasattr(F, name)
+)
+# Calls that convert or write in place: casting their inputs would change what they mean.
+_NO_CAST_NAMES = frozenset({"to", "type", "type_as", "copy_", "__setitem__", "__get__", "__set__", "set_", "data"})
+# Calls that only read metadata: not operators of the compiled graph.
+_NOT_OPERATORS = frozenset({"__get__", "__set__", "dim", "size", "numel", "__len__", "__format__", "__repr__", "data"})
+
+_current: ContextVar[DeviceContext | None] = ContextVar("poptorch_emulator_context", default=None)
+
+
+class DeviceContext:
+    """Observations of one execution of the model on the emulated device.
+
+    Attributes:
+        current_ipu: IPU of the block being executed.
+        blocks: ``(user_id, ipu_id)`` of every block started, in execution order.
+        operators: Operator name counts per IPU (only when ``record`` is on).
+        parameters: Names of the parameters used per IPU (only when ``record`` is on).
+        losses: Every loss value computed.
+    """
+
+    def __init__(self, parameter_names: dict[int, str], record: bool) -> None:
+        self._parameter_names = parameter_names
+        self._record = record
+        self.current_ipu = 0
+        self.current_user_id: str | None = None
+        self.blocks: list[tuple[str | None, int]] = []
+        self.operators: dict[int, Counter[str]] = {}
+        self.parameters: dict[int, set[str]] = {}
+        self.losses: list[torch.Tensor] = []
+
+    def start_block(self, user_id: str | None, ipu_id: int | None) -> None:
+        """Everything executed from now on belongs to this block, until the next block starts."""
+        if ipu_id is None:
+            # No IPU given: the block goes to the IPU after the highest one used so far.
+            ipu_id = max((ipu for _, ipu in self.blocks), default=-1) + 1
+        if isinstance(ipu_id, bool) or not isinstance(ipu_id, int) or ipu_id < 0:
+            raise TypeError(f"ipu_id must be a non-negative int or None, got {ipu_id!r}.")
+        self.current_ipu = ipu_id
+        self.current_user_id = user_id
+        self.blocks.append((user_id, ipu_id))
+
+    def add_loss(self, value: torch.Tensor) -> None:
+        """Register ``value`` as a loss of the graph."""
+        self.losses.append(value)
+
+    def record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Attribute one operator call (and the parameters it reads) to the current IPU."""
+        if not self._record or name in _NOT_OPERATORS:
+            return
+        self.operators.setdefault(self.current_ipu, Counter())[name] += 1
+        used = self.parameters.setdefault(self.current_ipu, set())
+        for value in (*args, *kwargs.values()):
+            param = self._parameter_names.get(id(value))
+            if param is not None:
+                used.add(param)
+
+    @property
+    def used_ipus(self) -> int:
+        """How many IPUs one replica of the model spans (``max ipu_id + 1``)."""
+        return max((ipu for _, ipu in self.blocks), default=0) + 1
+
+
+def current_context() -> DeviceContext | None:
+    """The context of the micro-batch being executed, or ``None`` outside the device (annotations are no-ops)."""
+    return _current.get()
+
+
+def _tensors(values: Any) -> Iterator[torch.Tensor]:
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from _tensors(value)
+
+
+def _upcast(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.dtype == torch.float16:
+        return value.float()
+    if isinstance(value, (list, tuple)) and any(isinstance(item, torch.Tensor) for item in value):
+        return type(value)(_upcast(item) for item in value)
+    return value
+
+
+class _DeviceMode(TorchFunctionMode):
+    def __init__(self, context: DeviceContext) -> None:
+        super().__init__()
+        self._context = context
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        in_place = name.endswith("_") and not name.startswith("_")
+        if not in_place and name not in _NO_CAST_NAMES:
+            dtypes = {t.dtype for t in _tensors((*args, *kwargs.values())) if t.is_floating_point()}
+            if torch.float16 in dtypes and torch.float32 in dtypes:
+                args = tuple(_upcast(arg) for arg in args)
+                kwargs = {key: _upcast(value) for key, value in kwargs.items()}
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            self._context.record(name, args, kwargs)
+            if func in _LOSS_FUNCTIONS:
+                self._context.add_loss(out)
+        return out
+
+
+@contextlib.contextmanager
+def running_on(context: DeviceContext) -> Iterator[DeviceContext]:
+    """Run the enclosed code as the device would: annotations active, losses and operators observed."""
+    token = _current.set(context)
+    try:
+        with _DeviceMode(context):
+            yield context
+    finally:
+        _current.reset(token)
+
+
+def _feeds(loss: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether ``loss`` is an input of ``other`` (so ``other`` subsumes it)."""
+    target = loss.grad_fn
+    if target is None or other.grad_fn is None:
+        return False
+    seen: set[int] = set()
+    stack: list[Any] = [other.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        if node is target:
+            return True
+        seen.add(id(node))
+        stack.extend(next_fn for next_fn, _ in node.next_functions)
+    return False
+
+
+def final_loss(losses: list[torch.Tensor]) -> torch.Tensor:
+    """The one loss that is not an input of another loss.
+
+    Raises:
+        Error: With poptorch's words when there is no loss or several independent ones.
+    """
+    unique = list({id(loss): loss for loss in losses}.values())
+    if not unique:
+        raise Error(
+            "Couldn't find a loss in graph! A training model must compute its loss with a torch loss function "
+            "(e.g. torch.nn.functional.cross_entropy) or wrap it in poptorch.identity_loss(loss, reduction='mean')."
+        )
+    independent = [loss for loss in unique if not any(_feeds(loss, other) for other in unique if other is not loss)]
+    if len(independent) != 1:
+        raise Error(
+            "Multiple independent losses found in graph. Graph must have one final loss. Wrap final graph loss in "
+            "poptorch.identity_loss."
+        )
+    return independent[0]

@@ -1,0 +1,97 @@
+"""poptorch.Options: storage, type checks, freezing, cloning, serialisation and the environment variables."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+import torch
+
+
+def test_setters_chain_and_store(poptorch: ModuleType) -> None:
+    opts = poptorch.Options().deviceIterations(4).replicationFactor(2).autoRoundNumIPUs(True).randomSeed(3)
+    opts.Training.gradientAccumulation(8).accumulationAndReplicationReductionType(poptorch.ReductionType.Sum)
+    assert (opts.device_iterations, opts.replication_factor, opts.auto_round_num_ipus) == (4, 2, True)
+    assert opts.random_seed == 3
+    assert opts.Training.toDict()["gradient_accumulation"] == 8
+    assert opts.Training.accumulation_and_replication_reduction_type == poptorch.ReductionType.Sum
+
+
+@pytest.mark.parametrize("bad", ["4", 2.0, True])
+def test_wrong_types_are_refused(poptorch: ModuleType, bad: object) -> None:
+    with pytest.raises(TypeError, match=r"Unexpected type .* for option device_iterations"):
+        poptorch.Options().deviceIterations(bad)
+
+
+def test_non_positive_counts_are_refused(poptorch: ModuleType) -> None:
+    with pytest.raises(ValueError, match="replication_factor must be a positive integer, got 0"):
+        poptorch.Options().replicationFactor(0)
+
+
+def test_unknown_attribute(poptorch: ModuleType) -> None:
+    with pytest.raises(AttributeError, match=r"Invalid attribute not_an_option\."):
+        _ = poptorch.Options().not_an_option
+
+
+def test_no_reduction_is_refused(poptorch: ModuleType) -> None:
+    with pytest.raises(ValueError, match="NoReduction"):
+        poptorch.Options().Training.accumulationAndReplicationReductionType(poptorch.ReductionType.NoReduction)
+
+
+def test_options_freeze_once_used_and_clone_unfrozen(poptorch: ModuleType) -> None:
+    opts = poptorch.Options()
+    poptorch.DataLoader(opts, torch.utils.data.TensorDataset(torch.zeros(4, 1)))
+    with pytest.raises(AttributeError, match="Can't modify frozen Options"):
+        opts.deviceIterations(2)
+    with pytest.raises(AttributeError, match="Can't modify frozen Options"):
+        opts.Training.gradientAccumulation(2)
+    clone = opts.clone()
+    clone.deviceIterations(2).Training.gradientAccumulation(2)
+    assert (opts.device_iterations, clone.device_iterations) == (1, 2)
+
+
+def test_executor_freezes_options_and_resolves_the_default_output_mode(poptorch: ModuleType) -> None:
+    opts = poptorch.Options()
+    executor = poptorch.inferenceModel(torch.nn.Identity(), opts)
+    with pytest.raises(AttributeError, match="frozen"):
+        opts.replicationFactor(2)
+    with pytest.raises(AssertionError, match="An output mode must be picked before serialisation"):
+        opts.toDict()
+    assert executor.options.toDict()["output_mode"] == poptorch.OutputMode.All
+    training = poptorch.trainingModel(torch.nn.Linear(1, 1), poptorch.Options())
+    assert training.options.toDict()["output_mode"] == poptorch.OutputMode.Final
+
+
+def test_anchor_mode_is_the_deprecated_output_mode(poptorch: ModuleType) -> None:
+    opts = poptorch.Options()
+    with pytest.warns(DeprecationWarning, match="use outputMode"):
+        opts.anchorMode(poptorch.AnchorMode.All)
+    assert opts.output_mode == poptorch.OutputMode.All
+
+
+def test_every_n_needs_a_period(poptorch: ModuleType) -> None:
+    with pytest.raises(ValueError, match="output_return_period"):
+        poptorch.Options().outputMode(poptorch.OutputMode.EveryN)
+
+
+def test_executable_caching(poptorch: ModuleType, tmp_path: object) -> None:
+    opts = poptorch.Options().enableExecutableCaching(str(tmp_path))
+    assert opts._Popart.options["enableEngineCaching"] is True
+    assert opts.clone().enableExecutableCaching(None)._Popart.options["enableEngineCaching"] is False
+
+
+def test_default_options_from_the_environment(poptorch: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "POPTORCH_DEFAULT_OPTIONS",
+        '{"deviceIterations": 8, "Training.gradientAccumulation": 4, "outputMode": "OutputMode.Sum"}',
+    )
+    opts = poptorch.Options()
+    assert (opts.device_iterations, opts.Training.gradient_accumulation) == (8, 4)
+    assert opts.output_mode == poptorch.OutputMode.Sum
+
+
+def test_random_seed_seeds_torch(poptorch: ModuleType) -> None:
+    poptorch.Options().randomSeed(7)
+    first = torch.rand(2)
+    poptorch.Options().randomSeed(7)
+    assert torch.equal(first, torch.rand(2))
