@@ -1,0 +1,105 @@
+"""The module poptorch compiles: a LightningModule's step for the trainer's current stage.
+
+``self.log`` cannot run inside a compiled step (the step is traced once, on hardware). This module replaces it,
+for the duration of the step, by a recorder that turns every logged value into an extra output of the graph; the
+strategy then calls the real ``self.log`` on the host with the values of each host call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningModule
+
+from lightning_accel.core.errors import ConfigurationError
+
+__all__ = ["LogRecord", "StepModule"]
+
+LogRecord = tuple[str, dict[str, Any]]
+
+
+class _LogRecorder:
+    """Stands in for ``LightningModule.log`` inside a compiled step."""
+
+    def __init__(self) -> None:
+        self.records: list[LogRecord] = []
+        self.values: list[torch.Tensor] = []
+
+    def __call__(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        if args:
+            raise ConfigurationError(
+                f"self.log({name!r}, ...) on IPUs takes its options as keyword arguments (prog_bar=..., on_step=...)."
+            )
+        if isinstance(value, torch.Tensor):
+            tensor = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            # A Python number is a constant of the compiled graph on hardware.
+            tensor = torch.tensor(float(value))
+        else:
+            raise ConfigurationError(
+                f"self.log({name!r}, <{type(value).__name__}>) is not supported inside an IPU step: log a tensor or a "
+                "number (for a torchmetrics Metric, update it in the step and log metric.compute() in an epoch-end "
+                "hook)."
+            )
+        if tensor.numel() != 1:
+            raise ConfigurationError(
+                f"self.log({name!r}, value) needs a single number; got a tensor of shape {tuple(tensor.shape)}."
+            )
+        self.records.append((name, kwargs))
+        self.values.append(tensor.reshape(()))
+
+
+class StepModule(torch.nn.Module):
+    """Runs ``training_step``/``validation_step``/``test_step``/``predict_step`` of ``module`` by trainer stage.
+
+    Its forward returns ``(step_output, logged_values)``; :attr:`log_records` names the logged values.
+
+    Example:
+        >>> from lightning.pytorch.demos.boring_classes import BoringModel
+        >>> step = StepModule(BoringModel())
+        >>> isinstance(step.module, LightningModule)
+        True
+    """
+
+    def __init__(self, module: LightningModule, loss_marker: Any = None) -> None:
+        super().__init__()
+        self.module = module
+        self._loss_marker = loss_marker
+        self.log_records: list[LogRecord] = []
+
+    def _method(self) -> str:
+        trainer = self.module.trainer
+        if trainer.training:
+            return "training_step"
+        if trainer.testing:
+            return "test_step"
+        if trainer.predicting:
+            return "predict_step"
+        return "validation_step"
+
+    def forward(self, *args: Any) -> tuple[Any, tuple[torch.Tensor, ...]]:
+        method = self._method()
+        recorder = _LogRecorder()
+        # An instance attribute shadows LightningModule.log for the duration of the step only.
+        object.__setattr__(self.module, "log", recorder)
+        try:
+            output = getattr(self.module, method)(*args)
+        finally:
+            object.__delattr__(self.module, "log")
+        if method == "training_step":
+            output = self._mark_loss(output)
+        self.log_records = recorder.records
+        return output, tuple(recorder.values)
+
+    def _mark_loss(self, output: Any) -> Any:
+        """Make the returned loss the graph's final loss (a torch loss function feeding it is folded into it)."""
+        if isinstance(output, torch.Tensor):
+            return self._loss_marker(output, reduction="none") if self._loss_marker else output
+        if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
+            marked = self._loss_marker(output["loss"], reduction="none") if self._loss_marker else output["loss"]
+            return {**output, "loss": marked}
+        raise ConfigurationError(
+            f"training_step returned {type(output).__name__}; on IPUs it must return the loss tensor or a dict with a "
+            "'loss' tensor (skipping a step by returning None is not possible: the step is compiled)."
+        )

@@ -1,0 +1,492 @@
+"""``IPUStrategy`` (alias ``IPUPlugin``): compile the LightningModule's steps with poptorch and run them on IPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import ParallelStrategy
+from lightning.pytorch.trainer.states import RunningStage, TrainerFn
+from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from typing_extensions import override
+
+from lightning_accel.core.errors import ConfigurationError
+
+from . import sdk
+from ._dataloaders import to_poptorch_loader
+from ._device_options import device_optimizer, resolve_options, sync_hyperparameters
+from ._step_module import StepModule
+from .precision import IPUPrecision, normalize_precision
+
+__all__ = ["IPUPlugin", "IPUStrategy"]
+
+_ENGINE_OPTIONS = "POPLAR_ENGINE_OPTIONS"
+_HINT = (
+    "With Lightning, poptorch's options come from: replicationFactor <- Trainer(devices=N) (N replicas; a model split "
+    "over k IPUs with BeginBlock/Block needs k x N IPUs), deviceIterations <- IPUStrategy(device_iterations=...) or "
+    "the options you pass, Training.gradientAccumulation <- Trainer(accumulate_grad_batches=...)."
+)
+_STAGE_NAMES = {
+    RunningStage.TRAINING: "training",
+    RunningStage.SANITY_CHECKING: "validation",
+    RunningStage.VALIDATING: "validation",
+    RunningStage.TESTING: "test",
+    RunningStage.PREDICTING: "predict",
+}
+
+
+def _precision_for_ipu(plugin: Precision) -> IPUPrecision:
+    """The IPU precision matching a generic plugin that Lightning's connector built from ``precision=``."""
+    if isinstance(plugin, IPUPrecision):
+        return plugin
+    name = getattr(plugin, "precision", None)
+    if type(plugin).__name__ in ("Precision", "MixedPrecision", "HalfPrecision"):
+        return IPUPrecision(normalize_precision(name, argument="Trainer(precision)"))
+    raise ConfigurationError(
+        f"The precision plugin {type(plugin).__name__} cannot run on IPUs. Pass precision='32-true', '16-mixed' or "
+        "'16-true' (or plugins=IPUPrecision(...))."
+    )
+
+
+class IPUStrategy(ParallelStrategy):
+    """Train, validate, test and predict on Graphcore IPUs with poptorch.
+
+    Each step of the LightningModule is compiled by poptorch; ``Trainer(devices=N)`` gives ``N`` data-parallel
+    replicas. One Lightning batch is one host call: it holds ``batch_size x device_iterations x N x
+    accumulate_grad_batches`` samples (dataloaders are converted for you) and the device performs
+    ``device_iterations`` weight updates per call, each over ``accumulate_grad_batches x N`` micro-batches.
+
+    Beyond the archived lightning-graphcore, ``self.log`` in the steps logs the values of every host call (the logged
+    tensors are returned from the device), ``gradient_clip_val`` clips by norm on the device, optimizer state is
+    saved in checkpoints, and ``accumulate_grad_batches`` gives the right number of weight updates.
+
+    Args:
+        accelerator: The accelerator (``IPUAccelerator``); set by the Trainer when omitted.
+        device_iterations: Iterations the device runs per host call (raise it for pipelined models).
+        autoreport: Write a profile report of every compiled model (PopVision's auto-report).
+        autoreport_dir: Where to write the reports; setting it turns ``autoreport`` on.
+        parallel_devices: Set by the Trainer from ``devices``.
+        cluster_environment: Unused on IPUs (poptorch replicates within one process).
+        checkpoint_io: How checkpoints are written.
+        precision_plugin: An ``IPUPrecision``; the Trainer's ``precision=`` is converted otherwise.
+        training_opts: ``poptorch.Options`` for training; values left at their defaults take the Trainer's.
+        inference_opts: ``poptorch.Options`` for validation, test and predict.
+
+    Example:
+        >>> from lightning.pytorch import Trainer
+        >>> from lightning_accel.graphcore import IPUAccelerator, IPUStrategy
+        >>> trainer = Trainer(  # doctest: +SKIP
+        ...     accelerator=IPUAccelerator(), strategy=IPUStrategy(device_iterations=32), devices=8
+        ... )
+    """
+
+    strategy_name = "ipu_strategy"
+
+    def __init__(
+        self,
+        accelerator: Any = None,
+        device_iterations: int = 1,
+        autoreport: bool = False,
+        autoreport_dir: str | os.PathLike[str] | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        checkpoint_io: Any = None,
+        precision_plugin: Precision | None = None,
+        training_opts: Any = None,
+        inference_opts: Any = None,
+    ) -> None:
+        if isinstance(device_iterations, bool) or not isinstance(device_iterations, int) or device_iterations < 1:
+            raise ConfigurationError(
+                f"IPUStrategy(device_iterations={device_iterations!r}) is not accepted: pass a positive int "
+                "(default 1)."
+            )
+        if not isinstance(autoreport, bool):
+            raise ConfigurationError(f"IPUStrategy(autoreport={autoreport!r}) is not accepted: pass True or False.")
+        if autoreport_dir is not None and not isinstance(autoreport_dir, (str, os.PathLike)):
+            raise ConfigurationError(
+                f"IPUStrategy(autoreport_dir={autoreport_dir!r}) is not accepted: pass a directory path or None."
+            )
+        for argument, opts in (("training_opts", training_opts), ("inference_opts", inference_opts)):
+            if opts is not None and not isinstance(opts, sdk.poptorch().Options):
+                raise ConfigurationError(
+                    f"IPUStrategy({argument}={opts!r}) is not accepted: pass a poptorch.Options (from "
+                    "lightning_accel.graphcore.sdk.poptorch()) or None."
+                )
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+        )
+        self.device_iterations = device_iterations
+        self.autoreport = autoreport or autoreport_dir is not None
+        self.autoreport_dir = None if autoreport_dir is None else Path(autoreport_dir)
+        self._user_training_opts = training_opts
+        self._user_inference_opts = inference_opts
+        self._resolved_opts: dict[bool, Any] = {}
+        self.poptorch_models: dict[Any, Any] = {}
+        self._step_module: StepModule | None = None
+        self._device_optimizer: Any = None
+        self._saved_engine_options: str | None = None
+
+    # -- registry ----------------------------------------------------------------------------------------------
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register as ``"ipu_strategy"``."""
+        strategy_registry.register(cls.strategy_name, cls, description="Graphcore IPUs through poptorch", override=True)
+
+    # -- devices -----------------------------------------------------------------------------------------------
+
+    @property
+    def _poptorch(self) -> ModuleType:
+        return sdk.poptorch()
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        """The host device that holds the model and feeds poptorch (the backing device under emulation)."""
+        return sdk.host_device()
+
+    @property
+    def replication_factor(self) -> int:
+        """Number of data-parallel replicas (``Trainer(devices=...)``)."""
+        return len(self.parallel_devices) if self.parallel_devices else 1
+
+    @property
+    def distributed_sampler_kwargs(self) -> None:  # type: ignore[override]
+        """None: poptorch splits each host batch over the replicas itself."""
+        return None
+
+    @property
+    def is_distributed(self) -> bool:
+        """False: one process drives every replica, so Lightning adds no distributed sampler."""
+        return False
+
+    @property
+    @override
+    def precision_plugin(self) -> Precision:
+        plugin = self._precision_plugin if self._precision_plugin is not None else IPUPrecision()
+        return plugin
+
+    @precision_plugin.setter
+    @override
+    def precision_plugin(self, precision_plugin: Precision | None) -> None:
+        self._precision_plugin = None if precision_plugin is None else _precision_for_ipu(precision_plugin)
+
+    @override
+    def setup_environment(self) -> None:
+        self._poptorch  # noqa: B018 - raises DeviceUnavailableError (with the fix) when IPUs cannot be used
+        super().setup_environment()
+
+    @override
+    def model_to_device(self) -> None:
+        assert self.model is not None
+        self.model.to(self.root_device)
+
+    # -- collectives: one process drives all replicas ----------------------------------------------------------
+
+    @override
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        return tensor
+
+    @override
+    def barrier(self, name: str | None = None) -> None:
+        return None
+
+    @override
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return obj
+
+    @override
+    def all_gather(self, tensor: torch.Tensor, group: Any = None, sync_grads: bool = False) -> torch.Tensor:
+        return tensor
+
+    # -- setup -------------------------------------------------------------------------------------------------
+
+    @property
+    def training_opts(self) -> Any:
+        """The ``poptorch.Options`` used for training (resolved against the Trainer once set up)."""
+        return self._resolved_opts.get(True, self._user_training_opts)
+
+    @property
+    def inference_opts(self) -> Any:
+        """The ``poptorch.Options`` used for validation, test and predict."""
+        return self._resolved_opts.get(False, self._user_inference_opts)
+
+    @property
+    @override
+    def handles_gradient_accumulation(self) -> bool:
+        """True: poptorch accumulates ``accumulate_grad_batches`` micro-batches inside every weight update."""
+        return True
+
+    def _check_module(self, trainer: Trainer, module: LightningModule) -> None:
+        for hook in ("transfer_batch_to_device", "on_after_batch_transfer"):
+            if is_overridden(hook, module, LightningModule):
+                raise ConfigurationError(
+                    f"Overriding `{hook}` is not supported with IPUs: poptorch takes the host batch as the dataloader "
+                    "gives it. Move that logic into the dataset's collate_fn or the step."
+                )
+        if not module.automatic_optimization:
+            raise ConfigurationError(
+                "Manual optimization (automatic_optimization=False) is not supported on IPUs: the optimizer step runs "
+                "inside the compiled training step. Use automatic optimization."
+            )
+        if is_overridden("backward", module, LightningModule):
+            rank_zero_warn("LightningModule.backward is not called on IPUs: poptorch computes the gradients.")
+        if trainer.gradient_clip_val and trainer.gradient_clip_algorithm == "value":
+            raise ConfigurationError(
+                f"Trainer(gradient_clip_algorithm='value', gradient_clip_val={trainer.gradient_clip_val}) is not "
+                "supported on IPUs. Use gradient_clip_algorithm='norm' (applied on the device to every weight update)."
+            )
+
+    def _options(self, trainer: Trainer, training: bool) -> Any:
+        if training not in self._resolved_opts:
+            seed = os.environ.get("PL_GLOBAL_SEED")
+            self._resolved_opts[training] = resolve_options(
+                self._user_training_opts if training else self._user_inference_opts,
+                self._poptorch,
+                argument="training_opts" if training else "inference_opts",
+                training=training,
+                replicas=self.replication_factor,
+                device_iterations=self.device_iterations,
+                accumulation=trainer.accumulate_grad_batches if training else 1,
+                seed=int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
+                model_name="training" if training else "inference",
+            )
+        return self._resolved_opts[training]
+
+    def _stage_options(self, stage: RunningStage) -> Any:
+        opts = self._resolved_opts[stage == RunningStage.TRAINING].clone()
+        return opts.modelName(_STAGE_NAMES[stage])
+
+    def _configure_autoreport(self) -> None:
+        if not self.autoreport:
+            return
+        self._saved_engine_options = os.environ.get(_ENGINE_OPTIONS)
+        options: dict[str, str] = {"autoReport.all": "true"}
+        if self.autoreport_dir is not None:
+            self.autoreport_dir.mkdir(parents=True, exist_ok=True)
+            options["autoReport.directory"] = str(self.autoreport_dir)
+        os.environ[_ENGINE_OPTIONS] = json.dumps(options)
+
+    @override
+    def setup(self, trainer: Trainer) -> None:
+        module = self.lightning_module
+        assert module is not None
+        self._check_module(trainer, module)
+        self._resolved_opts.clear()
+        self._options(trainer, training=True)
+        self._options(trainer, training=False)
+        self._configure_autoreport()
+        super().setup(trainer)
+        poptorch = self._poptorch
+        self._step_module = StepModule(module, loss_marker=poptorch.identity_loss)
+        if trainer.state.fn == TrainerFn.FITTING:
+            clip = trainer.gradient_clip_val
+            self._device_optimizer = device_optimizer(
+                self.optimizers[0], poptorch, float(clip) if clip and clip > 0 else None
+            )
+            self.poptorch_models[RunningStage.TRAINING] = poptorch.trainingModel(
+                self._step_module, self._stage_options(RunningStage.TRAINING), optimizer=self._device_optimizer
+            )
+
+    @override
+    def setup_optimizers(self, trainer: Trainer) -> None:
+        super().setup_optimizers(trainer)
+        if len(self.optimizers) != 1:
+            raise ConfigurationError(
+                f"configure_optimizers returned {len(self.optimizers)} optimizers; IPUs support exactly one. Combine "
+                "the parameter groups into one optimizer."
+            )
+
+    # -- dataloaders ---------------------------------------------------------------------------------------------
+
+    @override
+    def process_dataloader(self, dataloader: object) -> object:
+        trainer = self.lightning_module.trainer if self.lightning_module is not None else None
+        stage = trainer.state.stage if trainer is not None else None
+        if stage is None or stage not in _STAGE_NAMES:
+            return dataloader
+        name = f"{stage.dataloader_prefix}_dataloader"
+        return to_poptorch_loader(dataloader, self._stage_options(stage), self._poptorch, name)
+
+    # -- steps -------------------------------------------------------------------------------------------------
+
+    def _executor(self, stage: RunningStage, dataloader_idx: int) -> Any:
+        key: Any = RunningStage.VALIDATING if stage == RunningStage.SANITY_CHECKING else stage
+        if dataloader_idx:
+            key = (key, dataloader_idx)
+        executor = self.poptorch_models.get(key)
+        if executor is None:
+            if stage == RunningStage.TRAINING:
+                raise ConfigurationError("The IPU training model is set up by Trainer.fit only.")
+            assert self._step_module is not None
+            executor = self._poptorch.inferenceModel(self._step_module, self._stage_options(stage))
+            self.poptorch_models[key] = executor
+        return executor
+
+    def _detach_others(self, keep: Any) -> None:
+        # Every model holds its own IPUs; only the one about to run may stay attached.
+        for executor in self.poptorch_models.values():
+            if executor is not keep and executor.isAttachedToDevice():
+                executor.detachFromDevice()
+
+    def detach_models(self) -> None:
+        """Release the IPUs of every compiled model (done at the end of each stage)."""
+        self._detach_others(keep=None)
+
+    @staticmethod
+    def _factor(options: Any) -> int:
+        return int(
+            options.device_iterations
+            * (options.replication_factor // options.input_group_size)
+            * options.Training.gradient_accumulation
+        )
+
+    def _prepare_input(self, args: tuple[Any, ...], factor: int) -> tuple[Any, ...]:
+        """Lists become tuples; Python numbers (``batch_idx``) become one value per micro-batch.
+
+        poptorch compiles Python numbers into the graph as constants, so a changing ``batch_idx`` would not match
+        the compiled model.
+        """
+
+        def convert(value: Any) -> Any:
+            if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+                return tuple(convert(item) for item in value)
+            if isinstance(value, Mapping):
+                return type(value)({key: convert(item) for key, item in value.items()})  # type: ignore[call-arg]
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return torch.tensor(value, device=self.root_device).unsqueeze(0).repeat(factor)
+            return value
+
+        return tuple(convert(arg) for arg in args)
+
+    def _step(self, stage: RunningStage, *args: Any) -> Any:
+        dataloader_idx = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+        executor = self._executor(stage, dataloader_idx)
+        self._detach_others(keep=executor)
+        poptorch = self._poptorch
+        compiled = executor.isCompiled()
+        prepared = self._prepare_input(args, self._factor(executor.options))
+        try:
+            output, logged = executor(*prepared)
+        except poptorch.Error as err:
+            if compiled:
+                raise
+            raise ConfigurationError(
+                f"poptorch could not compile the {_STAGE_NAMES[stage]} model: {err.message}\n{_HINT}"
+            ) from err
+        self._log_on_host(logged)
+        return output
+
+    def _log_on_host(self, logged: tuple[torch.Tensor, ...]) -> None:
+        module = self.lightning_module
+        assert module is not None and self._step_module is not None
+        for (name, kwargs), value in zip(self._step_module.log_records, logged, strict=True):
+            # The device returns the value per micro-batch (or replica) the output mode keeps: log their mean.
+            module.log(name, value.detach().float().mean(), **kwargs)
+
+    @staticmethod
+    def _scalar_loss(output: Any) -> Any:
+        if isinstance(output, torch.Tensor) and output.dim() > 0:
+            return output.float().mean()
+        if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor) and output["loss"].dim() > 0:
+            return {**output, "loss": output["loss"].float().mean()}
+        return output
+
+    @override
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._scalar_loss(self._step(RunningStage.TRAINING, *args, *kwargs.values()))
+
+    @override
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        trainer = self.lightning_module.trainer if self.lightning_module is not None else None
+        stage = trainer.state.stage if trainer is not None else RunningStage.VALIDATING
+        return self._step(stage or RunningStage.VALIDATING, *args, *kwargs.values())
+
+    @override
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._step(RunningStage.TESTING, *args, *kwargs.values())
+
+    @override
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._step(RunningStage.PREDICTING, *args, *kwargs.values())
+
+    @override
+    def backward(self, closure_loss: torch.Tensor, optimizer: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        # The compiled training step already ran backward and the weight updates.
+        return closure_loss
+
+    @override
+    def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
+        batch = super().batch_to_device(batch, device, dataloader_idx)
+        return self.precision_plugin.convert_input(batch)
+
+    @override
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Learning-rate schedulers change the host optimizer: hand its hyper-parameters to the device every step.
+        executor = self.poptorch_models.get(RunningStage.TRAINING)
+        if executor is not None and self._device_optimizer is not None:
+            sync_hyperparameters(self.optimizers[0], self._device_optimizer)
+            executor.setOptimizer(self._device_optimizer)
+
+    @override
+    def on_train_end(self) -> None:
+        self.detach_models()
+
+    @override
+    def on_validation_end(self) -> None:
+        self.detach_models()
+
+    @override
+    def on_test_end(self) -> None:
+        self.detach_models()
+
+    @override
+    def on_predict_end(self) -> None:
+        self.detach_models()
+
+    # -- checkpoints -------------------------------------------------------------------------------------------
+
+    @override
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The device optimizer's state (momentum, Adam moments), which the host optimizer never sees."""
+        if self._device_optimizer is not None and optimizer is self.optimizers[0]:
+            sync_hyperparameters(optimizer, self._device_optimizer)
+            return dict(self._device_optimizer.state_dict())
+        return dict(optimizer.state_dict())
+
+    @override
+    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
+        super().load_optimizer_state_dict(checkpoint)
+        states = checkpoint.get("optimizer_states") or []
+        if self._device_optimizer is not None and states:
+            self._device_optimizer.load_state_dict(states[0])
+
+    @override
+    def teardown(self) -> None:
+        for executor in self.poptorch_models.values():
+            executor.destroy()
+        self.poptorch_models.clear()
+        self._step_module = None
+        self._device_optimizer = None
+        if self.autoreport:
+            if self._saved_engine_options is None:
+                os.environ.pop(_ENGINE_OPTIONS, None)
+            else:
+                os.environ[_ENGINE_OPTIONS] = self._saved_engine_options
+        super().teardown()
+
+
+IPUPlugin = IPUStrategy
