@@ -10,13 +10,18 @@ Kept to the standard library and tiny on purpose: it runs in every interpreter o
 import os
 import sys
 
+# Runs in every interpreter: importing `typing` here would cost milliseconds, so types are for mypy only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["install"]
 
 _TRIGGERS = frozenset(("lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric"))
-_fired = set()
+_fired: set[tuple[str, int]] = set()
 
 
-def _fire(name, module):
+def _fire(name: str, module: object) -> None:
     key = (name, id(module))
     if key in _fired:
         return
@@ -38,27 +43,28 @@ def _fire(name, module):
 class _ChainedLoader:
     """Runs the real loader, then fires; everything else is delegated to the real loader."""
 
-    def __init__(self, loader, name):
+    def __init__(self, loader: "Any", name: str) -> None:
         self._loader = loader
         self._name = name
 
-    def create_module(self, spec):
+    def create_module(self, spec: "Any") -> "Any":
         return self._loader.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: "Any") -> None:
         # Introspection (inspect, importlib.resources, reload) must see the real loader.
         module.__loader__ = module.__spec__.loader = self._loader
         self._loader.exec_module(module)
         _fire(self._name, module)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> "Any":
         return getattr(self._loader, name)
 
 
 class _Finder:
-    _busy = set()
+    def __init__(self) -> None:
+        self._busy: set[str] = set()
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: "Any" = None, target: "Any" = None) -> "Any":
         if fullname not in _TRIGGERS or fullname in self._busy:
             return None
         self._busy.add(fullname)
@@ -75,11 +81,11 @@ class _Finder:
             self._busy.discard(fullname)
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _ChainedLoader(spec.loader, fullname)
+        spec.loader = _ChainedLoader(spec.loader, fullname)  # type: ignore[assignment]
         return spec
 
 
-def install(explicit=False):
+def install(explicit: bool = False) -> None:
     """Install the hook; fire at once for trees already imported.
 
     ``explicit=True`` (used by ``import lightning_accel.core``) ignores ``LIGHTNING_ACCEL_AUTOLOAD``: importing

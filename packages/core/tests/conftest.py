@@ -55,7 +55,9 @@ def run_python(
 
 @pytest.fixture
 def python(tmp_path: Path):  # type: ignore[no-untyped-def]
-    def run(code: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    def run(
+        code: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
         result = run_python(code, tmp_path, env, args)
         return result
 

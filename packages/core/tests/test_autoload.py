@@ -63,9 +63,7 @@ def test_script_importing_only_lightning_gets_vendor_selection(python) -> None: 
 
 
 def test_opt_out_brings_back_lightnings_own_error(python) -> None:  # type: ignore[no-untyped-def]
-    process = python(
-        "import lightning as L\nL.Trainer(accelerator='testacc')\n", env={"LIGHTNING_ACCEL_AUTOLOAD": "0"}
-    )
+    process = python("import lightning as L\nL.Trainer(accelerator='testacc')\n", env={"LIGHTNING_ACCEL_AUTOLOAD": "0"})
     assert process.returncode == 1
     assert "ValueError: You selected an invalid accelerator name: `accelerator='testacc'`" in process.stderr
 
@@ -84,7 +82,9 @@ print("RESULT" + '{{"strategy": "' + type(L.Trainer(accelerator="testacc", logge
 
 
 def test_disable_skips_plugin_by_name(python) -> None:  # type: ignore[no-untyped-def]
-    process = python("import lightning as L\nL.Trainer(accelerator='testacc')\n", env={"LIGHTNING_ACCEL_DISABLE": "testplugin"})
+    process = python(
+        "import lightning as L\nL.Trainer(accelerator='testacc')\n", env={"LIGHTNING_ACCEL_DISABLE": "testplugin"}
+    )
     assert "invalid accelerator name: `accelerator='testacc'`" in process.stderr
 
 

@@ -36,6 +36,6 @@ __all__ = [
 
 # Importing lightning-accel is a request to register: this covers `python -S` and layouts without site-packages
 # .pth processing, and trees imported before this package.
-import _lightning_accel_autoload  # noqa: E402
+import _lightning_accel_autoload
 
 _lightning_accel_autoload.install(explicit=True)

@@ -91,7 +91,8 @@ def environment_report() -> dict[str, Any]:
     """Versions and settings that a bug report needs."""
     try:
         settings: dict[str, Any] | str = {
-            "emulated": sorted(emulation_settings().device_types) or ("all" if emulation_settings().emulate_all else []),
+            "emulated": sorted(emulation_settings().device_types)
+            or ("all" if emulation_settings().emulate_all else []),
             "devices": emulation_settings().devices,
             "backend": emulation_settings().backend,
         }
@@ -116,7 +117,9 @@ def _print_list(report: list[dict[str, Any]]) -> None:
     for plugin in report:
         availability = plugin["availability"]
         print(f"{plugin['name']} ({plugin['distribution']} {plugin['version']})")
-        print(f"  availability: {availability['state']} ({availability['devices']} device(s)): {availability['reason']}")
+        print(
+            f"  availability: {availability['state']} ({availability['devices']} device(s)): {availability['reason']}"
+        )
         for acc in plugin["accelerators"]:
             print(f"  accelerator {acc['name']!r}: {acc['description']}")
             print(f"    default strategy: {acc['single_strategy']!r} (1 device), {acc['parallel_strategy']!r} (more)")
@@ -142,7 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lightning-accel", description="lightning-accel plugins and environment")
     parser.add_argument("--version", action="version", version=f"lightning-accel-core {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("list", "list installed plugins and their availability"), ("env", "print versions and settings")):
+    for name, text in (
+        ("list", "list installed plugins and their availability"),
+        ("env", "print versions and settings"),
+    ):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)

@@ -28,9 +28,7 @@ from typing import Any
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(
-    package: str, exports: Mapping[str, str]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """Build a module ``__getattr__`` and ``__dir__`` that import ``name`` from ``exports[name]`` on first access.
 
     Args:

@@ -18,6 +18,6 @@ Example:
 """
 
 from lightning_accel.core.testing.conformance import AcceleratorConformance, FabricConformance
-from lightning_accel.core.testing.models import DigitsDataModule, DigitsClassifier, digits_tensors
+from lightning_accel.core.testing.models import DigitsClassifier, DigitsDataModule, digits_tensors
 
 __all__ = ["AcceleratorConformance", "DigitsClassifier", "DigitsDataModule", "FabricConformance", "digits_tensors"]

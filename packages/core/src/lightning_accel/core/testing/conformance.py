@@ -21,7 +21,7 @@ __all__ = ["AcceleratorConformance", "FabricConformance"]
 def _registered_class(registry: dict[str, Any], name: str, key: str) -> type:
     entry = registry[name][key]
     load = getattr(entry, "load", None)
-    return load() if load is not None else entry  # type: ignore[no-any-return]
+    return load() if load is not None else entry
 
 
 class AcceleratorConformance:
@@ -99,7 +99,7 @@ class AcceleratorConformance:
         assert trainer.test(model, datamodule=data)[0]["test_acc"] >= self.min_accuracy
         predictions = trainer.predict(model, datamodule=data)
         assert predictions is not None
-        assert sum(len(batch) for batch in predictions) == len(data.val_set)  # type: ignore[arg-type]
+        assert sum(len(batch) for batch in predictions) == len(data.val_set)
 
     def test_checkpoint_round_trip(self, tmp_path: Path) -> None:
         torch.manual_seed(0)
@@ -109,7 +109,7 @@ class AcceleratorConformance:
         path = tmp_path / "model.ckpt"
         trainer.save_checkpoint(path)
         restored = DigitsClassifier.load_from_checkpoint(path, map_location="cpu")
-        for (name, saved), (_, original) in zip(restored.state_dict().items(), model.state_dict().items()):
+        for (name, saved), (_, original) in zip(restored.state_dict().items(), model.state_dict().items(), strict=True):
             assert torch.equal(saved.cpu(), original.cpu()), name
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
         assert checkpoint["global_step"] == trainer.global_step > 0

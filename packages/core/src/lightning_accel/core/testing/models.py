@@ -69,6 +69,7 @@ class DigitsClassifier(LightningModule):
     def __init__(self, hidden: int = 64, lr: float = 0.05) -> None:
         super().__init__()
         self.save_hyperparameters()
+        self.lr = lr
         self.net = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -94,4 +95,4 @@ class DigitsClassifier(LightningModule):
         return self(batch[0]).argmax(-1)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 __all__ = ["depends_on_lightning", "rewrite_imports"]
 
 # Only module paths in import statements are rewritten; string literals and attribute chains are left alone.
-_IMPORT = re.compile(r"^(?P<lead>\s*(?:from|import)\s+)(?P<module>lightning\.(?:pytorch|fabric)|lightning_accel\.core\.compat)\b", re.MULTILINE)
+_IMPORT = re.compile(
+    r"^(?P<lead>\s*(?:from|import)\s+)(?P<module>lightning\.(?:pytorch|fabric)|lightning_accel\.core\.compat)\b",
+    re.MULTILINE,
+)
 _RENAMES = {"lightning.pytorch": "pytorch_lightning", "lightning.fabric": "lightning_fabric"}
 _LIGHTNING_ROOTS = ("lightning", "lightning_accel.core.compat")
 
@@ -62,7 +65,7 @@ def _is_lightning(name: str) -> bool:
     return any(name == root or name.startswith(root + ".") for root in _LIGHTNING_ROOTS)
 
 
-@lru_cache(maxsize=None)
+@cache
 def depends_on_lightning(module_name: str) -> bool:
     """Whether ``module_name`` imports Lightning, directly or through modules of its own distribution.
 

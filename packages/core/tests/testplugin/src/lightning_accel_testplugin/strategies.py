@@ -1,6 +1,6 @@
 """Trainer strategies for testacc."""
 
-from typing import Any
+from typing import Any, ClassVar
 
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
@@ -11,7 +11,7 @@ from .precision import translate
 class TestSingleStrategy(SingleDeviceStrategy):
     """One testacc device."""
 
-    _registered_strategies: list[str] = []
+    _registered_strategies: ClassVar[list[str]] = []
 
     def __init__(self, device: Any = "cpu", **kwargs: Any) -> None:
         super().__init__(device="cpu", **kwargs)
@@ -28,7 +28,7 @@ class TestSingleStrategy(SingleDeviceStrategy):
 class TestDDPStrategy(DDPStrategy):
     """DDP over gloo on testacc devices."""
 
-    _registered_strategies: list[str] = []
+    _registered_strategies: ClassVar[list[str]] = []
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("process_group_backend", "gloo")

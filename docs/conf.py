@@ -1,0 +1,11 @@
+project = "lightning-accel"
+author = "lightning-accel developers"
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+exclude_patterns = ["_build"]
+html_theme = "alabaster"
+autodoc_typehints = "description"
+autodoc_member_order = "bysource"
+napoleon_google_docstring = True
+nitpicky = False
+suppress_warnings = ["myst.header"]

@@ -1,0 +1,151 @@
+"""Task runner for the lightning-accel monorepo: `nox -l` lists the sessions.
+
+Every session installs with pip into its own virtual environment, torch first and pinned (`torch==2.13.0` is a
+local CPU wheel; any other version pulls several GB of CUDA packages), then the packages it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = False
+nox.options.sessions = [
+    "lint",
+    "typing",
+    "core_tests",
+    "hpu_tests",
+    "ipu_tests",
+    "deepspeed_hpu_tests",
+    "integration_tests",
+    "docs",
+    "build",
+]
+
+ROOT = Path(__file__).parent
+TORCH = "torch==2.13.0"
+LIGHTNING = "lightning==2.6.6"
+PACKAGES = {
+    "core": "packages/core",
+    "habana": "packages/habana",
+    "graphcore": "packages/graphcore",
+    "deepspeed-hpu": "packages/deepspeed-hpu",
+}
+TEST_PLUGIN = "packages/core/tests/testplugin"
+TEST_TOOLS = ["pytest>=8", "scikit-learn", "jsonargparse[signatures]>=4.27"]
+PYTHON = "3.11"
+
+
+def install_base(session: nox.Session, *packages: str, editable: bool = True) -> None:
+    session.install(TORCH)
+    session.install(LIGHTNING, *TEST_TOOLS)
+    for name in ("core", *packages):
+        if editable:
+            session.install("-e", PACKAGES[name])
+        else:
+            session.install(PACKAGES[name])
+
+
+def pytest(session: nox.Session, *paths: str) -> None:
+    session.run("pytest", *paths, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def core_tests(session: nox.Session) -> None:
+    """Core: plugin protocol, discovery, auto-registration, selection, CLI (with a CPU-backed test plugin)."""
+    install_base(session)
+    session.install(TEST_PLUGIN)  # as a wheel, like a real vendor distribution
+    pytest(session, "packages/core/tests")
+
+
+@nox.session(python=PYTHON)
+def hpu_tests(session: nox.Session) -> None:
+    """Gaudi package: on real Gaudi when present, otherwise on the HPU emulator."""
+    install_base(session, "habana")
+    pytest(session, "packages/habana/tests")
+
+
+@nox.session(python=PYTHON)
+def ipu_tests(session: nox.Session) -> None:
+    """Graphcore package: on real IPUs when present, otherwise on the poptorch emulator."""
+    install_base(session, "graphcore")
+    pytest(session, "packages/graphcore/tests")
+
+
+@nox.session(python=PYTHON)
+def deepspeed_hpu_tests(session: nox.Session) -> None:
+    """DeepSpeed on Gaudi package."""
+    install_base(session, "habana", "deepspeed-hpu")
+    pytest(session, "packages/deepspeed-hpu/tests")
+
+
+@nox.session(python=PYTHON)
+def integration_tests(session: nox.Session) -> None:
+    """All distributions installed together from wheels (not editable): entry points, CLI, examples."""
+    install_base(session, "habana", "graphcore", "deepspeed-hpu", editable=False)
+    session.install(TEST_PLUGIN)
+    # Run from a neutral directory so that the installed wheels, not the source tree, are imported.
+    with session.chdir(session.create_tmp()):
+        session.run("pytest", str(ROOT / "tests"), "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check on the whole repository."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typing(session: nox.Session) -> None:
+    """mypy on every package's sources."""
+    install_base(session, "habana", "graphcore", "deepspeed-hpu")
+    session.install("mypy>=1.11", "pytest>=8")
+    for path in PACKAGES.values():
+        session.run("mypy", f"{path}/src", env={"MYPYPATH": f"{path}/src"})
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the Sphinx documentation with warnings as errors."""
+    install_base(session, "habana", "graphcore", "deepspeed-hpu")
+    session.install("sphinx>=7", "myst-parser>=3")
+    shutil.rmtree(ROOT / "docs" / "_build", ignore_errors=True)
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+
+
+@nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    """Build the five wheels and check their metadata; the core wheel must carry the autoload files."""
+    session.install("build>=1", "twine>=5")
+    out = ROOT / "dist"
+    shutil.rmtree(out, ignore_errors=True)
+    for path in (".", *PACKAGES.values()):
+        session.run("python", "-m", "build", "--wheel", "--sdist", "--outdir", str(out), path)
+    session.run("twine", "check", "--strict", *map(str, sorted(out.iterdir())))
+    session.run("python", "tests/check_wheels.py", str(out))
+
+
+@nox.session(python=PYTHON, default=False)
+def demo(session: nox.Session) -> None:
+    """The main job: train the digits classifier on the emulated HPU (one and two devices)."""
+    install_base(session, "habana", "graphcore")
+    env = {"LIGHTNING_ACCEL_EMULATE": "hpu,ipu"}
+    for devices in ("1", "2"):
+        session.run("python", "examples/habana/train_digits.py", "--devices", devices, env=env)
+
+
+@nox.session(python=PYTHON, default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks; results go to benchmarks/results/."""
+    # From wheels: pip byte-compiles them, as a user's install would be (the start-up numbers depend on it).
+    install_base(session, "habana", editable=False)
+    session.install("matplotlib")
+    os.makedirs(ROOT / "benchmarks" / "results", exist_ok=True)
+    session.run("python", "benchmarks/bench_startup.py", *session.posargs)

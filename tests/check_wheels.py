@@ -1,0 +1,47 @@
+"""Check the built wheels: one per distribution, and the core wheel carries the autoload files at its root."""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from pathlib import Path
+
+EXPECTED = (
+    "lightning_accel-",
+    "lightning_accel_core-",
+    "lightning_accel_habana-",
+    "lightning_accel_graphcore-",
+    "lightning_accel_deepspeed_hpu-",
+)
+
+
+def main(out: Path) -> int:
+    wheels = sorted(out.glob("*.whl"))
+    problems = [
+        f"no wheel starting with {prefix!r}"
+        for prefix in EXPECTED
+        if not any(w.name.startswith(prefix) for w in wheels)
+    ]
+    core = next((w for w in wheels if w.name.startswith("lightning_accel_core-")), None)
+    if core is not None:
+        names = set(zipfile.ZipFile(core).namelist())
+        for required in (
+            "lightning_accel_autoload.pth",
+            "lightning_accel_autoload.start",
+            "_lightning_accel_autoload.py",
+        ):
+            if required not in names:
+                problems.append(f"{core.name} lacks {required} at its root")
+        if any(name == "lightning_accel/__init__.py" for name in names):
+            problems.append(f"{core.name} ships lightning_accel/__init__.py; the namespace must stay implicit")
+    for wheel in wheels:
+        if "lightning_accel/__init__.py" in zipfile.ZipFile(wheel).namelist():
+            problems.append(f"{wheel.name} ships lightning_accel/__init__.py")
+    for problem in problems:
+        print(f"check_wheels: {problem}", file=sys.stderr)
+    print(f"check_wheels: {len(wheels)} wheels checked, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(Path(sys.argv[1])))
