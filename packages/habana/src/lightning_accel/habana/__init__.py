@@ -1,7 +1,8 @@
 """Intel Gaudi (HPU) support for PyTorch Lightning 2.6: accelerator, strategies, checkpoint I/O and the SDK seam.
 
-Importing this package does not import the Habana SDK; it is loaded (or its emulator, with
-``LIGHTNING_ACCEL_EMULATE=hpu``) the first time an HPU is used.
+Importing this package is cheap: it imports neither torch, Lightning nor the Habana SDK. The public classes are
+loaded on first access, and the SDK (or its emulator, with ``LIGHTNING_ACCEL_EMULATE=hpu``) the first time an HPU is
+used. This keeps the ``lightning_accel.plugins`` entry point (``lightning_accel.habana.plugin:PLUGIN``) cheap to load.
 
 Example:
     >>> from lightning.pytorch import Trainer
@@ -9,13 +10,18 @@ Example:
     >>> trainer = Trainer(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(), devices=1)  # doctest: +SKIP
 """
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 import lightning_accel.core  # noqa: F401  (importing the core registers every installed plugin into Lightning)
 
 from . import sdk
 from .__about__ import __version__
-from .accelerator import HPUAccelerator
-from .checkpoint_io import HPUCheckpointIO
-from .strategies import HPUParallelStrategy, SingleHPUStrategy
+
+if TYPE_CHECKING:
+    from .accelerator import HPUAccelerator
+    from .checkpoint_io import HPUCheckpointIO
+    from .strategies import HPUParallelStrategy, SingleHPUStrategy
 
 __all__ = [
     "HPUAccelerator",
@@ -25,3 +31,23 @@ __all__ = [
     "__version__",
     "sdk",
 ]
+
+_LAZY = {
+    "HPUAccelerator": ".accelerator",
+    "HPUCheckpointIO": ".checkpoint_io",
+    "HPUParallelStrategy": ".strategies",
+    "SingleHPUStrategy": ".strategies",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,83 @@
+"""Helpers shared by the Habana tests (a uniquely named module, so that test folders of other packages never clash)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+SCRIPTS = Path(__file__).parent / "scripts"
+PYTHON = sys.executable
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def script_env(**extra: str) -> dict[str, str]:
+    """The environment for a child Python process: emulated HPUs, no inherited rank variables."""
+    env = {k: v for k, v in os.environ.items() if k not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK"}}
+    env.update(LIGHTNING_ACCEL_EMULATE="hpu", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def digits_loaders(batch_size: int = 64) -> tuple[Any, Any]:
+    """Train and validation loaders over scikit-learn's bundled 8x8 digits (no download)."""
+    import torch
+    from sklearn.datasets import load_digits
+    from torch.utils.data import DataLoader, TensorDataset
+
+    features, labels = load_digits(return_X_y=True)
+    x = torch.tensor(features / 16.0, dtype=torch.float32)
+    y = torch.tensor(labels, dtype=torch.long)
+    generator = torch.Generator().manual_seed(0)
+    order = torch.randperm(len(x), generator=generator)
+    train, val = order[:1400], order[1400:]
+    return (
+        DataLoader(TensorDataset(x[train], y[train]), batch_size=batch_size, shuffle=True, generator=generator),
+        DataLoader(TensorDataset(x[val], y[val]), batch_size=256),
+    )
+
+
+def digits_classifier(hidden: int = 64, lr: float = 1e-2) -> Any:
+    """A small MLP LightningModule for the digits that logs ``val_acc``."""
+    import torch
+    from lightning.pytorch import LightningModule
+
+    class DigitsClassifier(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
+            self.eval_grad_modes: list[tuple[bool, bool]] = []
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = torch.nn.functional.cross_entropy(self(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            self.eval_grad_modes.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+            self.log("val_acc", (self(x).argmax(dim=1) == y).float().mean(), sync_dist=True)
+
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            self.validation_step(batch, batch_idx)
+
+        def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.eval_grad_modes.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+            return self(batch[0]).argmax(dim=1)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.Adam(self.parameters(), lr=lr)
+
+    return DigitsClassifier()

@@ -1,0 +1,85 @@
+"""Child script of the distributed tests: train the digits classifier over emulated HCCL and dump each rank's result.
+
+Lightning's launcher re-runs this file once per extra local process, so it must work as a plain script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+import torch.distributed as dist
+from _habana_helpers import digits_classifier, digits_loaders
+from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
+
+from lightning_accel.habana import HPUAccelerator, HPUParallelStrategy
+
+
+class _Record(Callback):
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        probe = torch.tensor([float(trainer.global_rank + 1)])
+        summed = trainer.strategy.reduce(probe.clone(), reduce_op="sum")
+        maximum = trainer.strategy.reduce(probe.clone(), reduce_op="max")
+        mean = trainer.strategy.reduce(probe.clone(), reduce_op="mean")
+        token = trainer.strategy.broadcast(f"from-rank-{trainer.global_rank}", src=0)
+        torch.save(
+            {
+                "backend": dist.get_backend(),
+                "world_size": dist.get_world_size(),
+                "global_rank": trainer.global_rank,
+                "node_rank": trainer.node_rank,
+                "sum": summed.item(),
+                "max": maximum.item(),
+                "mean": mean.item(),
+                "broadcast": token,
+                "hls_module_id": os.environ.get("HLS_MODULE_ID"),
+                "state_dict": {k: v.detach().cpu() for k, v in pl_module.state_dict().items()},
+            },
+            self.out / f"rank{trainer.global_rank}.pt",
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--num-nodes", type=int, default=1)
+    parser.add_argument("--by-name", action="store_true", help="select accelerator and strategy by string")
+    args = parser.parse_args()
+    seed_everything(11)
+    model = digits_classifier()
+    train, val = digits_loaders()
+    if args.by_name:
+        selection = {"accelerator": "hpu", "strategy": "hpu_parallel"}
+    else:
+        selection = {
+            "accelerator": HPUAccelerator(),
+            "strategy": HPUParallelStrategy(parallel_devices=[torch.device("hpu")] * args.devices),
+        }
+    trainer = Trainer(
+        **selection,
+        devices=args.devices,
+        num_nodes=args.num_nodes,
+        max_epochs=2,
+        limit_train_batches=6,
+        limit_val_batches=2,
+        num_sanity_val_steps=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=False,
+        callbacks=[_Record(args.out)],
+    )
+    trainer.fit(model, train, val)
+
+
+if __name__ == "__main__":
+    main()

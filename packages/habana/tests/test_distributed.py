@@ -1,0 +1,72 @@
+"""Real multi-process training over the emulated "hccl" backend (gloo underneath): one node and two nodes."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from _habana_helpers import PYTHON, SCRIPTS, free_port, script_env
+
+import lightning_accel.habana  # noqa: F401
+
+SCRIPT = str(SCRIPTS / "ddp_fit.py")
+
+
+def _results(out: Path, world_size: int) -> list[dict[str, Any]]:
+    return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(world_size)]
+
+
+def _check_same_training(results: list[dict[str, Any]], world_size: int) -> None:
+    assert [r["backend"] for r in results] == ["hccl"] * world_size
+    assert [r["world_size"] for r in results] == [world_size] * world_size
+    expected_sum = float(sum(range(1, world_size + 1)))
+    assert [r["sum"] for r in results] == [expected_sum] * world_size
+    assert [r["max"] for r in results] == [float(world_size)] * world_size
+    assert [r["mean"] for r in results] == [expected_sum / world_size] * world_size
+    assert [r["broadcast"] for r in results] == ["from-rank-0"] * world_size
+    reference = results[0]["state_dict"]
+    for other in results[1:]:
+        for name, tensor in reference.items():
+            assert torch.equal(other["state_dict"][name], tensor), f"{name} differs across ranks"
+
+
+@pytest.mark.parametrize(
+    "by_name",
+    [
+        False,
+        pytest.param(
+            True,
+            marks=pytest.mark.skipif(
+                "hpu" not in pl.accelerators.AcceleratorRegistry, reason="core registration not available yet"
+            ),
+        ),
+    ],
+)
+def test_two_processes_train_in_lockstep(tmp_path: Path, by_name: bool) -> None:
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    command = [PYTHON, SCRIPT, "--out", str(tmp_path), "--devices", "2"] + (["--by-name"] if by_name else [])
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = _results(tmp_path, 2)
+    _check_same_training(results, 2)
+    # Each local rank was given its own (emulated) module by initialize_distributed_hpu.
+    assert [r["hls_module_id"] for r in results] == ["0", "1"]
+
+
+def test_two_nodes_train_together(tmp_path: Path) -> None:
+    port = str(free_port())
+    nodes = []
+    for node_rank in (0, 1):
+        env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, NODE_RANK=str(node_rank), WORLD_SIZE="2")
+        command = [PYTHON, SCRIPT, "--out", str(tmp_path), "--devices", "1", "--num-nodes", "2"]
+        nodes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    for node, (_, stderr) in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, stderr[-4000:]
+    results = _results(tmp_path, 2)
+    _check_same_training(results, 2)
+    assert [r["node_rank"] for r in results] == [0, 1]

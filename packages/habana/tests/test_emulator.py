@@ -1,0 +1,152 @@
+"""The SDK emulator on its own: lazy mode, device queries, RNG, memory statistics, HCCL set-up."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from lightning_accel.habana import sdk
+from lightning_accel.habana._emulator import core as emulated_core
+
+
+def test_lazy_mode_is_default_and_pt_hpu_lazy_mode_0_is_eager(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.delenv("PT_HPU_LAZY_MODE", raising=False)
+    assert sdk.htcore.is_lazy() is True
+    clean_env.setenv("PT_HPU_LAZY_MODE", "0")
+    assert sdk.htcore.is_lazy() is False
+    clean_env.setenv("PT_HPU_LAZY_MODE", "1")
+    assert sdk.htcore.is_lazy() is True
+
+
+def test_mark_step_counts_only_in_lazy_mode(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("PT_HPU_LAZY_MODE", "1")
+    before = emulated_core.marked_steps()
+    sdk.htcore.mark_step()
+    sdk.htcore.mark_step(sync=True)
+    assert emulated_core.marked_steps() == before + 2
+    clean_env.setenv("PT_HPU_LAZY_MODE", "0")
+    sdk.htcore.mark_step()
+    assert emulated_core.marked_steps() == before + 2
+
+
+def test_device_queries(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LIGHTNING_ACCEL_EMULATED_DEVICES", "4")
+    hpu = sdk.hpu
+    assert hpu.is_available() is True
+    assert hpu.device_count() == 4
+    assert hpu.get_device_name() == "GAUDI2 (emulated)"
+    assert hpu.hpu is hpu  # the SDK's self-reference, used as torch_hpu.hpu.memory_stats()
+    hpu.set_device(3)
+    assert hpu.current_device() == 3
+    hpu.set_device("hpu:0")
+    assert hpu.current_device() == 0
+    with pytest.raises(
+        ValueError, match=r"device=4 is out of range: 4 HPU\(s\) are visible, so accepted indices are 0 to 3"
+    ):
+        hpu.set_device(4)
+    with pytest.raises(ValueError, match=r"device='cuda:0' is not an HPU device"):
+        hpu.set_device("cuda:0")
+    hpu.synchronize()
+
+
+def test_visible_modules_restrict_the_count(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("HABANA_VISIBLE_MODULES", "0,2")
+    assert sdk.hpu.device_count() == 2
+    clean_env.setenv("HABANA_VISIBLE_MODULES", "0,9")
+    with pytest.raises(ValueError, match=r"HABANA_VISIBLE_MODULES='0,9' names module\(s\) '9'"):
+        sdk.hpu.device_count()
+
+
+def test_rng_state_round_trip_reproduces_draws() -> None:
+    hpu = sdk.hpu
+    hpu.manual_seed(1234)
+    assert hpu.initial_seed() == 1234
+    state = hpu.get_rng_state()
+    first = torch.rand(5, device=sdk.device())
+    hpu.set_rng_state(state)
+    again = torch.rand(5, device=sdk.device())
+    assert torch.equal(first, again)
+    hpu.manual_seed(99)
+    assert not torch.equal(torch.rand(5, device=sdk.device()), first)
+    with pytest.raises(TypeError, match=r"new_state must be a torch\.ByteTensor"):
+        hpu.set_rng_state(torch.zeros(3))
+
+
+MEMORY_KEYS = {
+    "Limit",
+    "InUse",
+    "MaxInUse",
+    "NumAllocs",
+    "NumFrees",
+    "ActiveAllocs",
+    "MaxAllocSize",
+    "TotalSystemAllocs",
+    "TotalSystemFrees",
+    "TotalActiveAllocs",
+}
+
+
+def test_memory_stats_follow_real_allocations() -> None:
+    hpu = sdk.hpu
+    base = hpu.memory_stats()
+    assert set(base) == MEMORY_KEYS
+    assert base["Limit"] > 0
+    big = torch.empty(4 * 1024 * 1024, dtype=torch.uint8, device=sdk.device())  # 4 MiB
+    grown = hpu.memory_stats()
+    assert grown["InUse"] >= base["InUse"] + big.numel()
+    assert grown["NumAllocs"] >= base["NumAllocs"] + 1
+    assert grown["ActiveAllocs"] >= base["ActiveAllocs"] + 1
+    assert grown["MaxAllocSize"] >= big.numel()
+    assert grown["MaxInUse"] >= grown["InUse"]
+    assert hpu.memory_allocated() >= big.numel()
+    del big
+    freed = hpu.memory_stats()
+    assert freed["NumFrees"] >= grown["NumFrees"] + 1
+    assert freed["InUse"] <= grown["InUse"] - 4 * 1024 * 1024
+    # The peak remembers the big tensor until it is reset.
+    assert hpu.max_memory_allocated() >= grown["InUse"]
+    hpu.reset_peak_memory_stats()
+    assert hpu.max_memory_allocated() < grown["InUse"]
+
+
+def test_memory_stats_see_gradients() -> None:
+    layer = torch.nn.Linear(256, 256)
+    before = sdk.hpu.memory_allocated()
+    layer(torch.randn(8, 256)).sum().backward()
+    # The gradients (weight + bias) exist only in C++ until someone reads them.
+    assert sdk.hpu.memory_allocated() >= before + 4 * (256 * 256 + 256)
+
+
+def test_initialize_distributed_hpu_sets_the_environment(clean_env: pytest.MonkeyPatch) -> None:
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID", "HABANA_VISIBLE_MODULES"):
+        clean_env.delenv(name, raising=False)
+    hccl = sdk.hccl
+    assert hccl.initialize_distributed_hpu(world_size=4, rank=3, local_rank=1) == (4, 3, 1)
+    assert (os.environ["WORLD_SIZE"], os.environ["RANK"], os.environ["LOCAL_RANK"]) == ("4", "3", "1")
+    assert os.environ["HLS_MODULE_ID"] == "1"
+    assert os.environ["ID"] == "3"
+    assert "hccl" in torch.distributed.Backend.backend_list
+
+
+def test_initialize_distributed_hpu_reads_mpi_variables(clean_env: pytest.MonkeyPatch) -> None:
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID", "MASTER_ADDR", "MASTER_PORT"):
+        clean_env.delenv(name, raising=False)
+    clean_env.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    clean_env.setenv("OMPI_COMM_WORLD_RANK", "1")
+    clean_env.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
+    assert sdk.hccl.initialize_distributed_hpu() == (2, 1, 1)
+    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("localhost", "12345")
+
+
+def test_initialize_distributed_hpu_fails_with_too_few_devices(clean_env: pytest.MonkeyPatch) -> None:
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID"):
+        clean_env.delenv(name, raising=False)
+    clean_env.setenv("HABANA_VISIBLE_MODULES", "0,1")
+    with pytest.raises(
+        AssertionError,
+        match=r"There is not enough devices available for training\. Please verify if "
+        r"HABANA_VISIBLE_MODULES is set correctly\.",
+    ):
+        sdk.hccl.initialize_distributed_hpu(world_size=4, rank=2, local_rank=2)

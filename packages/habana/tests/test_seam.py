@@ -1,0 +1,96 @@
+"""The SDK seam, the plugin spec and the import-time promises."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from _habana_helpers import PYTHON, script_env
+
+from lightning_accel.core.errors import DeviceUnavailableError
+from lightning_accel.habana import HPUAccelerator, sdk
+from lightning_accel.habana.availability import availability
+from lightning_accel.habana.plugin import PLUGIN
+
+UNAVAILABLE = (
+    "The Habana SDK (habana-torch-plugin, import name 'habana_frameworks') is missing, so HPUs cannot be used in this "
+    "process. Install the Gaudi software stack on a Gaudi machine, or set the environment variable "
+    "LIGHTNING_ACCEL_EMULATE=hpu to run on the software emulator (backed by CPU, or CUDA with "
+    "LIGHTNING_ACCEL_EMULATE_BACKEND=cuda)."
+)
+
+needs_no_sdk = pytest.mark.skipif(sdk.is_sdk_installed(), reason="the Habana SDK is installed here")
+
+
+@needs_no_sdk
+def test_without_sdk_and_emulation_the_error_says_how_to_enable_the_emulator(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LIGHTNING_ACCEL_EMULATE", "0")
+    with pytest.raises(DeviceUnavailableError) as info:
+        sdk.require()
+    assert str(info.value) == UNAVAILABLE
+    with pytest.raises(DeviceUnavailableError, match="LIGHTNING_ACCEL_EMULATE=hpu"):
+        HPUAccelerator()
+    with pytest.raises(DeviceUnavailableError, match="LIGHTNING_ACCEL_EMULATE=hpu"):
+        sdk.htcore.mark_step()
+    assert HPUAccelerator.is_available() is False
+    assert HPUAccelerator.auto_device_count() == 0
+    state = availability()
+    assert state.state == "unavailable"
+    assert "LIGHTNING_ACCEL_EMULATE=hpu" in state.reason
+
+
+@needs_no_sdk
+def test_trainer_without_sdk_and_emulation_fails_with_the_fix(clean_env: pytest.MonkeyPatch) -> None:
+    from lightning.pytorch import Trainer
+
+    clean_env.setenv("LIGHTNING_ACCEL_EMULATE", "0")
+    with pytest.raises(DeviceUnavailableError, match="set the environment variable LIGHTNING_ACCEL_EMULATE=hpu"):
+        Trainer(accelerator=HPUAccelerator(), devices=1)
+
+
+def test_emulated_availability(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LIGHTNING_ACCEL_EMULATED_DEVICES", "3")
+    state = availability()
+    assert (state.state, state.devices) == ("emulated", 3)
+    assert PLUGIN.check_availability() == state
+
+
+def test_seam_reports_what_differs() -> None:
+    assert sdk.is_emulated()
+    assert sdk.distributed_backend() == "hccl"
+    assert sdk.device_type() == "cpu"
+    assert str(sdk.device()) == "cpu"
+    assert str(sdk.to_device("hpu")) == "cpu"
+    assert str(sdk.to_device("hpu:1")) == "cpu"
+    with pytest.raises(ValueError, match=r"device='mps' is not an HPU. Accepted: 'hpu', 'hpu:N'"):
+        sdk.to_device("mps")
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        sdk.nope  # noqa: B018
+
+
+def _run(code: str, **env: str) -> str:
+    done = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=script_env(**env), timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("emulate", ["all", "0"])
+def test_plugin_spec_imports_neither_torch_nor_lightning_nor_the_sdk(emulate: str) -> None:
+    # "all" and "0" need no plugin discovery, so other vendors' plugins are not loaded into the probe.
+    out = _run(
+        "import sys; from lightning_accel.habana.plugin import PLUGIN; "
+        "from lightning_accel.habana.availability import availability; print(availability().state); "
+        "print(sorted(m for m in ('torch', 'lightning', 'habana_frameworks') if m in sys.modules))",
+        LIGHTNING_ACCEL_EMULATE=emulate,
+    )
+    assert out.splitlines()[-1] == "[]"
+    assert PLUGIN.name == "habana"
+    assert {s.name for s in PLUGIN.strategies} == {"hpu_single", "hpu_parallel", "hpu_ddp"}
+
+
+def test_importing_the_package_loads_no_sdk_and_no_emulator() -> None:
+    out = _run(
+        "import sys, lightning_accel.habana; "
+        "print([m for m in sys.modules if m.startswith(('habana_frameworks', 'lightning_accel.habana._emulator'))])"
+    )
+    assert out == "[]"
