@@ -6,7 +6,6 @@ from collections.abc import Sized
 from types import ModuleType
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_accel.core.errors import ConfigurationError
@@ -36,12 +35,12 @@ def _factor(options: Any) -> int:
 def to_poptorch_loader(dataloader: object, options: Any, poptorch: ModuleType, name: str) -> object:
     """A ``poptorch.DataLoader`` over the same data, sampler and collation as ``dataloader``.
 
-    A ``poptorch.DataLoader`` the user built is kept. The last host batch is dropped when it is incomplete (the
-    compiled model takes full batches only); a warning says how many samples an evaluation loader skips.
+    A ``poptorch.DataLoader`` the user built is kept. A training loader drops an incomplete last batch (the training
+    model is compiled for one batch shape); evaluation loaders keep it.
 
     Raises:
-        ConfigurationError: For something that is not a torch ``DataLoader``, or a dataset smaller than one host
-            batch.
+        ConfigurationError: For something that is not a torch ``DataLoader``, or a training set smaller than one
+            host batch.
     """
     if isinstance(dataloader, poptorch.DataLoader):
         return dataloader
@@ -71,19 +70,13 @@ def to_poptorch_loader(dataloader: object, options: Any, poptorch: ModuleType, n
     if batch_size is None:
         raise ConfigurationError(f"The {name} has batch_size=None; IPUs need a fixed batch size.")
     combined = batch_size * _factor(options)
-    if not iterable and isinstance(dataset, Sized):
-        size = len(dataset)
-        if size < combined:
-            raise ConfigurationError(
-                f"The {name} has {size} samples but one IPU host call takes {combined} (batch_size={batch_size} x "
-                f"device_iterations={options.device_iterations} x replicas={options.replication_factor} x "
-                f"gradient_accumulation={options.Training.gradient_accumulation}). Lower one of them or add data."
-            )
-        skipped = size % combined
-        if skipped and "train" not in name:
-            rank_zero_warn(
-                f"The {name} skips the last {skipped} of its {size} samples: each IPU host call takes a full batch of "
-                f"{combined} samples. Choose batch_size, devices and device_iterations so that they divide the dataset "
-                "to evaluate every sample."
-            )
-    return poptorch.DataLoader(options, dataset, batch_size=batch_size, drop_last=True, **kwargs)
+    training = "train" in name
+    if training and not iterable and isinstance(dataset, Sized) and len(dataset) < combined:
+        raise ConfigurationError(
+            f"The {name} has {len(dataset)} samples but one IPU host call takes {combined} (batch_size={batch_size} x "
+            f"device_iterations={options.device_iterations} x replicas={options.replication_factor} x "
+            f"gradient_accumulation={options.Training.gradient_accumulation}). Lower one of them or add data."
+        )
+    # Training drops an incomplete last batch (the training model is compiled for one shape); evaluation keeps it
+    # and the strategy compiles a second model for it.
+    return poptorch.DataLoader(options, dataset, batch_size=batch_size, drop_last=training, **kwargs)

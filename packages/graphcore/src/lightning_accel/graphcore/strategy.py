@@ -56,6 +56,18 @@ def _precision_for_ipu(plugin: Precision) -> IPUPrecision:
     )
 
 
+def _rows(batch: Any) -> int | None:
+    """The batch dimension of the first tensor in ``batch``."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
+    for item in items:
+        rows = _rows(item)
+        if rows is not None:
+            return rows
+    return None
+
+
 class IPUStrategy(ParallelStrategy):
     """Train, validate, test and predict on Graphcore IPUs with poptorch.
 
@@ -134,9 +146,12 @@ class IPUStrategy(ParallelStrategy):
         self._user_inference_opts = inference_opts
         self._resolved_opts: dict[bool, Any] = {}
         self.poptorch_models: dict[Any, Any] = {}
+        self._compiled_rows: dict[Any, int | None] = {}
         self._step_module: StepModule | None = None
         self._device_optimizer: Any = None
         self._saved_engine_options: str | None = None
+        self._accumulation = 1
+        self._trainer: Trainer | None = None
 
     # -- registry ----------------------------------------------------------------------------------------------
 
@@ -260,7 +275,7 @@ class IPUStrategy(ParallelStrategy):
                 training=training,
                 replicas=self.replication_factor,
                 device_iterations=self.device_iterations,
-                accumulation=trainer.accumulate_grad_batches if training else 1,
+                accumulation=self._accumulation if training else 1,
                 seed=int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
                 model_name="training" if training else "inference",
             )
@@ -285,6 +300,12 @@ class IPUStrategy(ParallelStrategy):
         module = self.lightning_module
         assert module is not None
         self._check_module(trainer, module)
+        if trainer.state.fn == TrainerFn.FITTING:
+            # The device accumulates inside every host call, so for Lightning each call is one whole step: its
+            # counters (global_step, scheduler steps, estimated_stepping_batches) then count host calls.
+            self._accumulation = trainer.accumulate_grad_batches
+            self._trainer = trainer
+            trainer.accumulate_grad_batches = 1
         self._resolved_opts.clear()
         self._options(trainer, training=True)
         self._options(trainer, training=False)
@@ -323,10 +344,13 @@ class IPUStrategy(ParallelStrategy):
 
     # -- steps -------------------------------------------------------------------------------------------------
 
-    def _executor(self, stage: RunningStage, dataloader_idx: int) -> Any:
-        key: Any = RunningStage.VALIDATING if stage == RunningStage.SANITY_CHECKING else stage
-        if dataloader_idx:
-            key = (key, dataloader_idx)
+    def _executor(self, stage: RunningStage, dataloader_idx: int, rows: int | None) -> Any:
+        """The model for this stage and dataloader; a batch of another size (the last one) gets its own model."""
+        base: Any = RunningStage.VALIDATING if stage == RunningStage.SANITY_CHECKING else stage
+        key: Any = (base, dataloader_idx) if dataloader_idx else base
+        compiled_rows = self._compiled_rows.setdefault(key, rows)
+        if stage != RunningStage.TRAINING and rows is not None and compiled_rows != rows:
+            key = (base, dataloader_idx, rows)
         executor = self.poptorch_models.get(key)
         if executor is None:
             if stage == RunningStage.TRAINING:
@@ -372,9 +396,38 @@ class IPUStrategy(ParallelStrategy):
 
         return tuple(convert(arg) for arg in args)
 
+    def _trim(self, args: tuple[Any, ...], rows: int, factor: int) -> tuple[Any, ...]:
+        """Cut an evaluation batch to a multiple of ``factor`` rows (the device splits it evenly), with a warning."""
+        kept = rows - rows % factor
+        rank_zero_warn(
+            f"An evaluation batch of {rows} samples is cut to {kept}: each IPU host call splits its batch into "
+            f"{factor} equal micro-batches (device_iterations x replicas). Choose batch_size, devices and "
+            "device_iterations so that they divide the dataset to evaluate every sample."
+        )
+
+        def cut(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == rows:
+                return value[:kept]
+            if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+                return type(value)(cut(item) for item in value)
+            if isinstance(value, Mapping):
+                return type(value)({key: cut(item) for key, item in value.items()})  # type: ignore[call-arg]
+            return value
+
+        return (cut(args[0]), *args[1:])
+
     def _step(self, stage: RunningStage, *args: Any) -> Any:
         dataloader_idx = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-        executor = self._executor(stage, dataloader_idx)
+        rows = _rows(args[0]) if args else None
+        if stage != RunningStage.TRAINING and rows is not None:
+            factor = self._factor(self._resolved_opts[False])
+            if rows % factor:
+                if rows < factor:
+                    rank_zero_warn(f"An evaluation batch of {rows} samples is skipped: it is smaller than {factor}.")
+                    return None
+                args = self._trim(args, rows, factor)
+                rows -= rows % factor
+        executor = self._executor(stage, dataloader_idx, rows)
         self._detach_others(keep=executor)
         poptorch = self._poptorch
         compiled = executor.isCompiled()
@@ -476,9 +529,13 @@ class IPUStrategy(ParallelStrategy):
 
     @override
     def teardown(self) -> None:
+        if self._trainer is not None:
+            self._trainer.accumulate_grad_batches = self._accumulation
+            self._trainer = None
         for executor in self.poptorch_models.values():
             executor.destroy()
         self.poptorch_models.clear()
+        self._compiled_rows.clear()
         self._step_module = None
         self._device_optimizer = None
         if self.autoreport:
