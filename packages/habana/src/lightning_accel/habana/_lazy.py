@@ -7,16 +7,27 @@ evaluation step. ``mark_step`` is a no-op in eager mode, so the strategies call 
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
+
+from lightning_accel.core.emulation import emulation_settings
 
 from . import sdk
 
 __all__ = ["MarkStepAfterUpdates", "MarkStepAroundEvaluation", "mark_step"]
 
 
+# mark_step runs two to four times per training step: resolve the SDK module once per emulation setting, not per call.
+_resolved: tuple[object, ModuleType] | None = None
+
+
 def mark_step() -> None:
     """Close the current lazy-mode graph."""
-    sdk.core_module().mark_step()
+    global _resolved
+    settings = emulation_settings()
+    if _resolved is None or _resolved[0] is not settings:
+        _resolved = (settings, sdk.core_module())
+    _resolved[1].mark_step()
 
 
 class MarkStepAfterUpdates:

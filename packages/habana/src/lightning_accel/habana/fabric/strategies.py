@@ -10,6 +10,8 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from typing_extensions import override
 
+from lightning_accel.core.emulation import emulation_settings
+
 from .. import sdk
 from .._collectives import all_reduce
 from .._env import initialize_hccl, restore_environment
@@ -48,7 +50,11 @@ class SingleHPUStrategy(MarkStepAfterUpdates, SingleDeviceStrategy):
     @override
     def root_device(self) -> torch.device:
         """The device tensors live on: the HPU, or the device backing it under emulation."""
-        return sdk.to_device(self._root_device)
+        # Read on every batch transfer: map once per given device and emulation setting.
+        key = (self._root_device, emulation_settings())
+        if getattr(self, "_mapped_root", (None, None))[0] != key:
+            self._mapped_root = (key, sdk.to_device(self._root_device))
+        return self._mapped_root[1]
 
     @property
     @override

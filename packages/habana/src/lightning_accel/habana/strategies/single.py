@@ -8,6 +8,8 @@ import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
+from lightning_accel.core.emulation import emulation_settings
+
 from .. import sdk
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from ..checkpoint_io import HPUCheckpointIO
@@ -57,7 +59,11 @@ class SingleHPUStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, SingleDe
     @override
     def root_device(self) -> torch.device:
         """The device tensors live on: the HPU, or the device backing it under emulation."""
-        return sdk.to_device(self._root_device)
+        # Read on every batch transfer: map once per given device and emulation setting.
+        key = (self._root_device, emulation_settings())
+        if getattr(self, "_mapped_root", (None, None))[0] != key:
+            self._mapped_root = (key, sdk.to_device(self._root_device))
+        return self._mapped_root[1]
 
     @property
     @override
