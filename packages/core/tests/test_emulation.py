@@ -1,5 +1,6 @@
 import pytest
 
+from lightning_accel.core.discovery import discovered_plugins
 from lightning_accel.core.emulation import emulation_settings, reset_emulation_settings
 from lightning_accel.core.errors import ConfigurationError
 
@@ -35,9 +36,12 @@ def test_off_values(monkeypatch: pytest.MonkeyPatch, off: str) -> None:
 def test_unknown_device_type_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigurationError) as error:
         settings_with(monkeypatch, LIGHTNING_ACCEL_EMULATE="testacc,tpu9")
+    # The accepted names are those the installed plugins declare: testacc here, plus any vendor installed alongside.
+    accepted = ", ".join(repr(name) for name in sorted(n for p in discovered_plugins() for n in p.emulates))
+    assert "'testacc'" in accepted
     assert str(error.value) == (
         "LIGHTNING_ACCEL_EMULATE='testacc,tpu9' names unknown device type(s) 'tpu9'. Accepted: 'all', a "
-        "comma-separated list of 'testacc', or '0' to turn emulation off. Install the vendor extra first (e.g. "
+        f"comma-separated list of {accepted}, or '0' to turn emulation off. Install the vendor extra first (e.g. "
         "`pip install lightning-accel[habana]`) if the device type you want is missing."
     )
 

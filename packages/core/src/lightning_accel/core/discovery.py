@@ -15,7 +15,14 @@ from importlib.metadata import EntryPoint, entry_points
 
 from lightning_accel.core.plugin import ENTRY_POINT_GROUP, PluginSpec
 
-__all__ = ["DISABLE_VAR", "PluginLoadWarning", "DiscoveredPlugin", "discovered_plugins", "reset_discovery"]
+__all__ = [
+    "DISABLE_VAR",
+    "PluginLoadWarning",
+    "DiscoveredPlugin",
+    "disabled_names",
+    "discovered_plugins",
+    "reset_discovery",
+]
 
 DISABLE_VAR = "LIGHTNING_ACCEL_DISABLE"
 
@@ -49,7 +56,8 @@ class DiscoveredPlugin:
         return self.spec.emulates
 
 
-def _disabled_names() -> frozenset[str]:
+def disabled_names() -> frozenset[str]:
+    """The plugin names listed in ``LIGHTNING_ACCEL_DISABLE``."""
     raw = os.environ.get(DISABLE_VAR, "")
     return frozenset(part.strip().lower() for part in raw.split(",") if part.strip())
 
@@ -87,7 +95,7 @@ def discovered_plugins() -> tuple[DiscoveredPlugin, ...]:
 
     Duplicate entry points (a stale install next to a fresh one) are loaded once.
     """
-    disabled = _disabled_names()
+    disabled = disabled_names()
     seen: dict[str, DiscoveredPlugin] = {}
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):
         if entry_point.name.lower() in disabled or entry_point.name in seen:

@@ -2,10 +2,13 @@
 
 Lightning 2.6's connectors know only cpu, cuda, mps and xla: for ``accelerator="hpu"`` with ``strategy="auto"`` the
 Trainer raises "HPU is currently not supported", and for any other registered name it silently picks a CPU
-strategy. The core wraps three methods of the Trainer's and Fabric's connector classes. For a vendor accelerator
+strategy. The core wraps four methods of the Trainer's and Fabric's connector classes. For a vendor accelerator
 (given as a name or an instance) the wrap asks the vendor plugin; everything else reaches Lightning's own code
 unchanged:
 
+- ``_check_config_and_set_final_flags``: a name that one of lightning-accel's own distributions provides, asked
+  for while that distribution is not installed (or disabled), fails with what to install instead of Lightning's
+  bare "invalid name".
 - ``_choose_auto_accelerator``: ``accelerator="auto"`` picks a vendor only when its real hardware is present, or
   when ``strategy=`` names one of the vendor's strategies and the vendor is usable (hardware or emulated).
 - ``_set_parallel_devices_and_init_accelerator``: a vendor accelerator that is neither on hardware nor emulated
@@ -22,8 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lightning_accel.core.catalogue import KnownName, known_accelerator, known_strategy
 from lightning_accel.core.compat import Tree, check_lightning_version, connector_class, registries
-from lightning_accel.core.errors import DeviceUnavailableError
+from lightning_accel.core.discovery import DISABLE_VAR, disabled_names, discovered_plugins
+from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError
 from lightning_accel.core.registration import VendorAccelerator, vendor_accelerators
 
 __all__ = ["install_selection", "is_wrapped"]
@@ -76,6 +81,38 @@ def _require_usable(tree: Tree, vendor: VendorAccelerator) -> None:
             f"accelerator={vendor.spec.name!r} cannot run here: {availability.reason} "
             f"(plugin {vendor.plugin.distribution} {vendor.plugin.version})"
         )
+
+
+def _missing(argument: str, value: str, known: KnownName, installed: list[str]) -> ConfigurationError:
+    installed_plugin = any(plugin.distribution == known.distribution for plugin in discovered_plugins())
+    if installed_plugin or known.plugin in disabled_names():
+        fix = f"it is installed but disabled or broken: check {DISABLE_VAR} and the warnings above"
+    else:
+        fix = f"install it with `pip install 'lightning-accel[{known.extra}]'`"
+    return ConfigurationError(
+        f"{argument}={value!r} is provided by {known.distribution}, which is not active: {fix}. "
+        f"Installed {argument} names: {', '.join(sorted(installed))}."
+    )
+
+
+def _wrap_check_flags(tree: Tree, cls: type) -> None:
+    original = _original(cls, "_check_config_and_set_final_flags")
+    accelerator_registry, strategy_registry = registries(tree)
+
+    def _check_config_and_set_final_flags(self: Any, *args: Any, **kwargs: Any) -> None:
+        strategy = kwargs.get("strategy", args[0] if args else None)
+        accelerator = kwargs.get("accelerator", args[1] if len(args) > 1 else None)
+        if isinstance(accelerator, str) and accelerator.lower() not in accelerator_registry:
+            known = known_accelerator(accelerator.lower())
+            if known is not None:
+                raise _missing("accelerator", accelerator, known, ["auto", *accelerator_registry])
+        if isinstance(strategy, str) and strategy.lower() not in strategy_registry:
+            known = known_strategy(strategy.lower())
+            if known is not None:
+                raise _missing("strategy", strategy, known, ["auto", *strategy_registry])
+        original(self, *args, **kwargs)
+
+    cls._check_config_and_set_final_flags = _mark(_check_config_and_set_final_flags, original)  # type: ignore[attr-defined]
 
 
 def _wrap_choose_auto_accelerator(tree: Tree, cls: type) -> None:
@@ -136,6 +173,7 @@ def _wrap_choose_strategy(tree: Tree, cls: type) -> None:
 def install_selection(tree: Tree) -> None:
     """Wrap the connector of ``tree`` (idempotent: re-installing wraps the original again, not the wrap)."""
     cls = connector_class(tree)
+    _wrap_check_flags(tree, cls)
     _wrap_choose_auto_accelerator(tree, cls)
     _wrap_init_accelerator(tree, cls)
     _wrap_choose_strategy(tree, cls)
