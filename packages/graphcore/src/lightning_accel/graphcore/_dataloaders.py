@@ -6,6 +6,7 @@ from collections.abc import Sized
 from types import ModuleType
 from typing import Any
 
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_accel.core.errors import ConfigurationError
@@ -39,16 +40,19 @@ def to_poptorch_loader(dataloader: object, options: Any, poptorch: ModuleType, n
     model is compiled for one batch shape); evaluation loaders keep it.
 
     Raises:
-        ConfigurationError: For something that is not a torch ``DataLoader``, or a training set smaller than one
-            host batch.
+        ConfigurationError: For a training set smaller than one host batch.
     """
     if isinstance(dataloader, poptorch.DataLoader):
         return dataloader
     if not isinstance(dataloader, DataLoader):
-        raise ConfigurationError(
-            f"The {name} is a {type(dataloader).__name__}; IPUs need a torch.utils.data.DataLoader (or a "
-            "poptorch.DataLoader) so that batches can be combined for each host call."
+        if isinstance(dataloader, Sized) and len(dataloader) == 0:
+            return dataloader
+        rank_zero_warn(
+            f"The {name} is a {type(dataloader).__name__}, not a torch DataLoader: its batches go to the IPUs as they "
+            f"are, so each must hold {_factor(options)} x the micro-batch size (device_iterations x replicas x "
+            "accumulation). Return a torch.utils.data.DataLoader to have batches combined for you."
         )
+        return dataloader
     kwargs: dict[str, Any] = {key: getattr(dataloader, key) for key in _COPIED}
     if dataloader.num_workers > 0:
         kwargs["prefetch_factor"] = dataloader.prefetch_factor

@@ -48,8 +48,8 @@ def _precision_for_ipu(plugin: Precision) -> IPUPrecision:
     if isinstance(plugin, IPUPrecision):
         return plugin
     name = getattr(plugin, "precision", None)
-    if type(plugin).__name__ in ("Precision", "MixedPrecision", "HalfPrecision"):
-        return IPUPrecision(normalize_precision(name, argument="Trainer(precision)"))
+    if type(plugin).__name__ in ("Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision"):
+        return IPUPrecision(normalize_precision(name))
     raise ConfigurationError(
         f"The precision plugin {type(plugin).__name__} cannot run on IPUs. Pass precision='32-true', '16-mixed' or "
         "'16-true' (or plugins=IPUPrecision(...))."
@@ -91,6 +91,7 @@ class IPUStrategy(ParallelStrategy):
         precision_plugin: An ``IPUPrecision``; the Trainer's ``precision=`` is converted otherwise.
         training_opts: ``poptorch.Options`` for training; values left at their defaults take the Trainer's.
         inference_opts: ``poptorch.Options`` for validation, test and predict.
+        device: One device, as single-device selection passes it (same as ``parallel_devices=[device]``).
 
     Example:
         >>> from lightning.pytorch import Trainer
@@ -114,6 +115,7 @@ class IPUStrategy(ParallelStrategy):
         precision_plugin: Precision | None = None,
         training_opts: Any = None,
         inference_opts: Any = None,
+        device: torch.device | None = None,
     ) -> None:
         if isinstance(device_iterations, bool) or not isinstance(device_iterations, int) or device_iterations < 1:
             raise ConfigurationError(
@@ -132,6 +134,8 @@ class IPUStrategy(ParallelStrategy):
                     f"IPUStrategy({argument}={opts!r}) is not accepted: pass a poptorch.Options (from "
                     "lightning_accel.graphcore.sdk.poptorch()) or None."
                 )
+        if device is not None and parallel_devices is None:
+            parallel_devices = [device]
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -534,6 +538,9 @@ class IPUStrategy(ParallelStrategy):
             self._trainer = None
         for executor in self.poptorch_models.values():
             executor.destroy()
+        if self._device_optimizer is not None and self.optimizers:
+            # Leave the host optimizer as current as the device's, for checkpoints saved after fit.
+            self.optimizers[0].load_state_dict(self._device_optimizer.state_dict())
         self.poptorch_models.clear()
         self._compiled_rows.clear()
         self._step_module = None

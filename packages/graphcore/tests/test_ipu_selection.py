@@ -1,0 +1,107 @@
+"""String selection (``Trainer(accelerator="ipu")``), the core's conformance kit, and a real training result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.accelerators import AcceleratorRegistry
+from torch.utils.data import DataLoader, TensorDataset
+
+import lightning_accel.graphcore
+from lightning_accel.core.testing import AcceleratorConformance
+from lightning_accel.graphcore import IPUAccelerator, IPUPrecision, IPUStrategy
+
+registered = pytest.mark.skipif("ipu" not in AcceleratorRegistry, reason="core registration not available yet")
+
+
+def test_importing_the_package_does_not_import_poptorch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lightning_accel.graphcore; "
+        "assert 'poptorch' not in sys.modules and 'lightning_accel.graphcore._emulator' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert lightning_accel.graphcore.__all__
+
+
+@registered
+def test_string_selection_builds_the_ipu_classes(tmp_path: Path) -> None:
+    trainer = Trainer(accelerator="ipu", devices=8, precision="16-mixed", default_root_dir=str(tmp_path), logger=False)
+    assert isinstance(trainer.accelerator, IPUAccelerator)
+    assert isinstance(trainer.strategy, IPUStrategy)
+    assert isinstance(trainer.precision_plugin, IPUPrecision)
+    assert len(trainer.strategy.parallel_devices) == 8
+
+
+@registered
+def test_strategy_string(tmp_path: Path) -> None:
+    trainer = Trainer(accelerator="ipu", strategy="ipu_strategy", devices=2, logger=False)
+    assert isinstance(trainer.strategy, IPUStrategy)
+
+
+@registered
+class TestIPUConformance(AcceleratorConformance):
+    accelerator = "ipu"
+    single_strategy = "ipu_strategy"
+    parallel_strategy = "ipu_strategy"
+
+
+class Digits(LightningDataModule):
+    def __init__(self, batch_size: int) -> None:
+        super().__init__()
+        from sklearn.datasets import load_digits
+
+        x, y = load_digits(return_X_y=True)
+        x = torch.tensor(x / 16.0, dtype=torch.float32)
+        y = torch.tensor(y, dtype=torch.long)
+        order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+        train, val = order[:1400], order[1400:]
+        self.train_set, self.val_set = TensorDataset(x[train], y[train]), TensorDataset(x[val], y[val])
+        self.batch_size = batch_size
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(self.val_set, batch_size=self.batch_size)
+
+
+class DigitsNet(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+    def training_step(self, batch: Any, batch_idx: Any) -> torch.Tensor:
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: Any) -> None:
+        x, y = batch
+        self.log("val_acc", (self.net(x).argmax(-1) == y).float().mean())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+
+@registered
+def test_digits_classifier_on_8_ipus_reaches_real_accuracy(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    trainer = Trainer(
+        accelerator="ipu",
+        devices=8,
+        max_epochs=8,
+        default_root_dir=str(tmp_path),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+    )
+    trainer.fit(DigitsNet(), datamodule=Digits(batch_size=4))
+    assert trainer.callback_metrics["val_acc"] > 0.85
