@@ -37,7 +37,7 @@ PACKAGES = {
     "deepspeed-hpu": "packages/deepspeed-hpu",
 }
 TEST_PLUGIN = "packages/core/tests/testplugin"
-TEST_TOOLS = ["pytest>=8", "scikit-learn", "jsonargparse[signatures]>=4.27"]
+TEST_TOOLS = ["pytest>=8", "scikit-learn", "psutil", "jsonargparse[signatures]>=4.27"]
 PYTHON = "3.11"
 
 

@@ -149,12 +149,12 @@ class FabricConformance:
         torch.manual_seed(0)
         fabric = Fabric(accelerator=self.accelerator, devices=1)
         model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
         model, optimizer = fabric.setup(model, optimizer)
         x, y, _, _ = digits_tensors()
         x, y = fabric.to_device(x), fabric.to_device(y)
         losses = []
-        for _ in range(30):
+        for _ in range(50):
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
             fabric.backward(loss)

@@ -1,0 +1,14 @@
+"""The conformance kit itself, run against the CPU-backed test plugin."""
+
+from lightning_accel.core.testing import AcceleratorConformance, FabricConformance
+
+
+class TestTestaccConformance(AcceleratorConformance):
+    accelerator = "testacc"
+    single_strategy = "testacc_single"
+    parallel_strategy = "testacc_ddp"
+
+
+class TestTestaccFabricConformance(FabricConformance):
+    accelerator = "testacc"
+    single_strategy = "testacc_single"
