@@ -110,8 +110,8 @@ class DataLoader(torch.utils.data.DataLoader):
             if remainder:
                 log.warning(
                     "The number of elements in the dataset (%d) is not divisible by the number of elements processed "
-                    "per step (%d) and drop_last=False: the last batch (%d elements) will not match the compiled "
-                    "model.",
+                    "per step (%d) and drop_last=False. The last tensor will have a batch size of %d. To avoid having "
+                    "to handle this special case switch to drop_last=True",
                     len(dataset),
                     self.combinedBatchSize,
                     remainder,
