@@ -212,3 +212,23 @@ def test_seam_without_emulation_says_how_to_fix(monkeypatch: pytest.MonkeyPatch)
     reset_emulation_settings()
     with pytest.raises(DeviceUnavailableError, match=r"poptorch, which is not installed.*LIGHTNING_ACCEL_EMULATE=ipu"):
         poptorch()
+
+
+def test_stages_group_blocks(poptorch: ModuleType) -> None:
+    class TwoBlocks(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = poptorch.BeginBlock(torch.nn.Linear(2, 2), user_id="a", ipu_id=0)
+            self.b = poptorch.BeginBlock(torch.nn.Linear(2, 2), user_id="b", ipu_id=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    # Two IPUs, one stage: a single device iteration is enough.
+    opts = poptorch.Options().setExecutionStrategy(poptorch.PipelinedExecution(poptorch.Stage("a", "b")))
+    executor = poptorch.inferenceModel(TwoBlocks(), opts)
+    assert executor(torch.ones(1, 2)).shape == (1, 2)
+    assert (executor._executable.num_ipus, executor._executable.stages) == (2, 1)
+    executor.destroy()
+    with pytest.raises(poptorch.Error, match=r"number of pipeline stages \(2\)"):
+        poptorch.inferenceModel(TwoBlocks(), poptorch.Options())(torch.ones(1, 2))
