@@ -226,11 +226,14 @@ def test_two_independent_losses_are_refused(poptorch: ModuleType) -> None:
 def test_wrapping_the_same_model_twice_for_training_is_refused(poptorch: ModuleType) -> None:
     model = Regression()
     first = poptorch.trainingModel(model)
-    first(*_data(2))
     with pytest.raises(RuntimeError, match=r"already been wrapped in 'poptorch\.trainingModel'"):
         poptorch.trainingModel(model)
+    first(*_data(2))
     first.destroy()
-    poptorch.trainingModel(model).destroy()
+    second = poptorch.trainingModel(model)
+    second(*_data(2))
+    second.destroy()
+    assert poptorch.inferenceModel(model)(*_data(2))[0].shape == (2, 2)
 
 
 def test_float32_model_accepts_float16_inputs(poptorch: ModuleType) -> None:

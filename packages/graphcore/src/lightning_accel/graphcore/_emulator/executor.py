@@ -155,6 +155,10 @@ class PoplarExecutor:
         self._device_state: dict[str, torch.Tensor] = {}
         self._host_keys: dict[str, tuple[int, int, int, torch.dtype]] = {}
         self._device_optimizer: torch.optim.Optimizer | None = None
+        if training:
+            # Like poptorch (which swaps the model's class), a model has at most one live training wrapper.
+            _training_wrapped.add(model)
+            weakref.finalize(self, _training_wrapped.discard, model)
         weakref.finalize(self, device.release, id(self))
 
     # -- introspection -----------------------------------------------------------------------------------------
@@ -353,12 +357,13 @@ class PoplarExecutor:
         self._is_attached = False
 
     def destroy(self) -> None:
-        """Free the executable and the IPUs; a training model's weights are copied to the host first."""
+        """Free the executable and the IPUs and unwrap the model; a training model's weights go to the host first."""
+        if self._training:
+            _training_wrapped.discard(self._user_model)
         if not self.isCompiled():
             return
         if self._training:
             self._download()
-            _training_wrapped.discard(self._user_model)
         device.release(id(self))
         self._is_attached = False
         self._executable = None
@@ -439,11 +444,6 @@ class PoplarExecutor:
         if self.isCompiled():
             log.warning("Call to compile() ignored: the model is already compiled.")
             return
-        if self._training and self._user_model in _training_wrapped:
-            raise RuntimeError(
-                "Model has already been wrapped in 'poptorch.trainingModel'. Call model.destroy() on the model to "
-                "unwrap before wrapping again."
-            )
         split, spec = self._micro_batches(args, kwargs)
         first_args, first_kwargs = self._micro_batch(split, spec, 0)
         self._upload()
@@ -466,8 +466,6 @@ class PoplarExecutor:
         device.acquire(id(self), num_ipus)
         self._is_attached = True
         self._executable = _Compiled(self._signature(first_args, first_kwargs), context, num_ipus, stages)
-        if self._training:
-            _training_wrapped.add(self._user_model)
         self._write_report()
 
     def _count_stages(self, context: DeviceContext) -> int:
