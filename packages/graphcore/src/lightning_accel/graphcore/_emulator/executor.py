@@ -1,11 +1,12 @@
 """``PoplarExecutor``, ``trainingModel`` and ``inferenceModel``: the emulated device runtime.
 
-The executor keeps its own copy of the weights (the "device" copy) and runs the host model's code on it with
-``torch.func.functional_call``. One host call consumes ``device_iterations x gradient_accumulation x replicas``
-micro-batches laid out as ``[device_iterations][gradient_accumulation][replicas]`` along dimension 0 and, in
-training, performs one weight update per device iteration with the gradients of its ``gradient_accumulation x
-replicas`` micro-batches reduced by ``Mean`` (default) or ``Sum``. Replicas run one after another on the same
-weights, which gives the same result as data-parallel replicas with an all-reduce.
+The executor keeps its own copy of the weights (the "device" copy) and runs the host model's code on it: the
+model's parameter and buffer slots point at the device copy for the duration of a host call. One host call
+consumes ``device_iterations x gradient_accumulation x replicas`` micro-batches laid out as
+``[device_iterations][gradient_accumulation][replicas]`` along dimension 0 and, in training, performs one weight
+update per device iteration with the gradients of its ``gradient_accumulation x replicas`` micro-batches reduced by
+``Mean`` (default) or ``Sum``. Replicas run one after another on the same weights, which gives the same result as
+data-parallel replicas with an all-reduce.
 
 Weights move between host and device as poptorch moves them: a training call leaves the host weights current, and
 an executor pushes the host weights to its device copy before a call whenever they changed (for example because a
@@ -14,6 +15,7 @@ training executor of the same model updated them, or the user loaded a state dic
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import itertools
@@ -204,13 +206,33 @@ class PoplarExecutor:
         state: dict[str, torch.Tensor] = {}
         for name, tensor, is_param in self._host_tensors():
             copy_ = tensor.detach().clone()
-            if is_param:
-                copy_.requires_grad_(tensor.requires_grad)
-            state[name] = copy_
+            state[name] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) if is_param else copy_
         self._device_state = state
         self._host_keys = {name: self._key(tensor) for name, tensor, _ in self._host_tensors()}
         if self._training and self._optimizer is not None:
             self._build_device_optimizer(self._optimizer)
+
+    @contextlib.contextmanager
+    def _device_weights(self, state: dict[str, torch.Tensor] | None = None) -> Iterator[None]:
+        """Run the host model's code on the device copy: its parameter and buffer slots point there meanwhile.
+
+        Tied weights stay tied: every slot holding the same host tensor gets the same device tensor.
+        """
+        state = self._device_state if state is None else state
+        by_host = {id(tensor): state[name] for name, tensor, _ in self._host_tensors() if name in state}
+        swapped: list[tuple[dict[str, Any], str, Any]] = []
+        try:
+            for module in self._user_model.modules():
+                slot_dicts: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
+                for slots in slot_dicts:
+                    for key, host in slots.items():
+                        if host is not None and id(host) in by_host:
+                            swapped.append((slots, key, host))
+                            slots[key] = by_host[id(host)]
+            yield
+        finally:
+            for slots, key, host in reversed(swapped):
+                slots[key] = host
 
     def _upload_if_host_changed(self) -> None:
         keys = {name: self._key(tensor) for name, tensor, _ in self._host_tensors()}
@@ -454,8 +476,8 @@ class PoplarExecutor:
         }
         # The trace is a dry run: it must not consume random numbers or move running statistics.
         with torch.random.fork_rng(devices=[]), self._mode(), torch.set_grad_enabled(self._training):
-            with running_on(context):
-                torch.func.functional_call(self._user_model, state, first_args, first_kwargs)
+            with self._device_weights(state), running_on(context):
+                self._user_model(*first_args, **first_kwargs)
             if self._training:
                 final_loss(context.losses)
         stages = self._count_stages(context)
@@ -565,7 +587,7 @@ class PoplarExecutor:
             log.info("Attaching to device")
             self.attachToDevice()
         self._upload_if_host_changed()
-        with self._mode():
+        with self._mode(), self._device_weights():
             outputs = self._run_training(split, spec) if self._training else self._run_inference(split, spec)
         if self._training:
             self._download()
@@ -574,7 +596,7 @@ class PoplarExecutor:
     def _run_once(self, split: list[Any], spec: Any, index: int, context: DeviceContext) -> Any:
         args, kwargs = self._micro_batch(split, spec, index)
         with running_on(context):
-            return torch.func.functional_call(self._user_model, self._device_state, args, kwargs)
+            return self._user_model(*args, **kwargs)
 
     def _run_inference(self, split: list[Any], spec: Any) -> list[Any]:
         outputs = []
