@@ -134,11 +134,12 @@ def build(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def demo(session: nox.Session) -> None:
-    """The main job: train the digits classifier on the emulated HPU (one and two devices)."""
+    """The main job: train the digits classifier on the emulated HPU (1 and 2 devices) and IPU (device iterations)."""
     install_base(session, "habana", "graphcore")
     env = {"LIGHTNING_ACCEL_EMULATE": "hpu,ipu"}
     for devices in ("1", "2"):
         session.run("python", "examples/habana/train_digits.py", "--devices", devices, env=env)
+    session.run("python", "examples/graphcore/train_digits.py", "--devices", "8", "--device-iterations", "4", env=env)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -148,4 +149,5 @@ def bench(session: nox.Session) -> None:
     install_base(session, "habana", editable=False)
     session.install("matplotlib")
     os.makedirs(ROOT / "benchmarks" / "results", exist_ok=True)
-    session.run("python", "benchmarks/bench_startup.py", *session.posargs)
+    session.run("python", "benchmarks/bench_startup.py")
+    session.run("python", "benchmarks/bench_hpu_overhead.py")

@@ -41,15 +41,22 @@ def test_env_json(run) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_vendor_accelerators_selected_from_a_script_importing_only_lightning(run, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    script = tmp_path / "select.py"
+    script = tmp_path / "choose_devices.py"
     script.write_text(
         "import lightning as L, pytorch_lightning as pl\n"
         "q = dict(logger=False, enable_progress_bar=False)\n"
-        "print(type(L.Trainer(accelerator='hpu', **q).strategy).__name__)\n"
+        "print(type(L.Trainer(accelerator='hpu', devices=1, **q).strategy).__name__)\n"
         "print(type(L.Trainer(accelerator='hpu', devices=2, **q).strategy).__name__)\n"
-        "print(type(pl.Trainer(accelerator='hpu', **q).strategy).__name__)\n"
+        "print(type(pl.Trainer(accelerator='hpu', devices=1, **q).strategy).__name__)\n"
+        "print(type(L.Trainer(accelerator='hpu', **q).strategy).__name__)\n"
         "print(type(L.Trainer(accelerator='ipu', devices=8, **q).strategy).__name__)\n"
     )
     process = run([str(script)], env={"LIGHTNING_ACCEL_EMULATE": "hpu,ipu"}, cwd=tmp_path)
     assert process.returncode == 0, process.stderr[-3000:]
-    assert process.stdout.split() == ["SingleHPUStrategy", "HPUParallelStrategy", "SingleHPUStrategy", "IPUStrategy"]
+    assert process.stdout.split() == [
+        "SingleHPUStrategy",
+        "HPUParallelStrategy",
+        "SingleHPUStrategy",
+        "HPUParallelStrategy",  # devices="auto" takes every visible (emulated) device, as Lightning does for GPUs
+        "IPUStrategy",
+    ]
