@@ -95,6 +95,10 @@ class IPUPrecision(Precision):
             raise ConfigurationError("LBFGS is not supported on IPUs: use SGD, Adam, AdamW or RMSprop.")
         closure_result = closure()
         self._after_closure(model, optimizer)
+        # The device has updated the weights. The host optimizer holds no gradients, so its step changes nothing;
+        # it still runs, so that step hooks fire and learning-rate schedulers see that a step happened.
+        if all(param.grad is None for group in optimizer.param_groups for param in group["params"]):
+            optimizer.step()
         return closure_result
 
     @override
