@@ -1,0 +1,185 @@
+"""DeepSpeed inference (``deepspeed.init_inference``) for ``trainer.predict``: settings, checks and TP groups.
+
+The settings come from the strategy's keyword arguments and from the inference keys of its config (the seed's three
+ways: arguments, ``**kwargs``, config); keyword arguments win, as in ``deepspeed.init_inference``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lightning_accel.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["INFERENCE_KEYS", "InferenceSettings", "TensorParallelGroups", "split_inference_config"]
+
+# The keys of DeepSpeed's inference config this strategy forwards to ``deepspeed.init_inference``.
+INFERENCE_KEYS = frozenset(
+    {
+        "tensor_parallel",
+        "mp_size",
+        "dtype",
+        "replace_with_kernel_inject",
+        "injection_policy",
+        "replace_method",
+        "enable_cuda_graph",
+        "triangular_masking",
+        "return_tuple",
+        "keep_module_on_host",
+        "max_out_tokens",
+        "min_out_tokens",
+    }
+)
+
+
+def split_inference_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a config into its training part and its inference part (:data:`INFERENCE_KEYS`)."""
+    training = {key: value for key, value in config.items() if key not in INFERENCE_KEYS}
+    inference = {key: value for key, value in config.items() if key in INFERENCE_KEYS}
+    return training, inference
+
+
+@dataclass(frozen=True)
+class InferenceSettings:
+    """What ``trainer.predict`` passes to ``deepspeed.init_inference``.
+
+    Attributes:
+        options: The merged inference options (config first, keyword arguments over it).
+    """
+
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def merge(cls, from_config: Mapping[str, Any], from_kwargs: Mapping[str, Any]) -> InferenceSettings:
+        """Merge the config's inference keys with the strategy's keyword arguments (which win).
+
+        Raises:
+            ConfigurationError: For a keyword argument that is not an inference option.
+        """
+        unknown = sorted(set(from_kwargs) - INFERENCE_KEYS)
+        if unknown:
+            raise ConfigurationError(
+                f"HPUDeepSpeedStrategy got unexpected keyword argument(s) {', '.join(unknown)}. Accepted besides the "
+                f"named arguments: the DeepSpeed inference options {', '.join(sorted(INFERENCE_KEYS))}."
+            )
+        options = {**from_config, **from_kwargs}
+        if "mp_size" in options and "tensor_parallel" not in options:
+            options["tensor_parallel"] = {"tp_size": options.pop("mp_size")}
+        return cls(options)
+
+    @property
+    def active(self) -> bool:
+        """Whether prediction goes through ``deepspeed.init_inference`` (any inference option was given)."""
+        return bool(self.options)
+
+    @property
+    def tp_size(self) -> int:
+        """The tensor-parallel size (1 without tensor parallelism)."""
+        tensor_parallel = self.options.get("tensor_parallel")
+        if isinstance(tensor_parallel, Mapping):
+            return int(tensor_parallel.get("tp_size", 1))
+        return int(getattr(tensor_parallel, "tp_size", 1) or 1)
+
+    def validate(self, world_size: int, on_hpu: bool) -> None:
+        """Refuse what cannot run: kernel injection or graphs off Gaudi, a TP size that does not divide the world.
+
+        Raises:
+            ConfigurationError: Naming the option, its value and the fix.
+        """
+        if self.options.get("replace_with_kernel_inject") and not on_hpu:
+            raise ConfigurationError(
+                "replace_with_kernel_inject=True needs DeepSpeed's fused inference kernels, which exist only on real "
+                "devices: DeepSpeed cannot inject kernels on its CPU accelerator, which runs the emulated HPUs. "
+                "Accepted here: replace_with_kernel_inject=False (tensor parallelism by injection_policy or "
+                "automatic TP still works). Run on Gaudi for kernel injection."
+            )
+        if self.options.get("enable_cuda_graph") and not on_hpu:
+            raise ConfigurationError(
+                "enable_cuda_graph=True records the model as an HPU graph, which DeepSpeed's CPU accelerator (running "
+                "the emulated HPUs) cannot do: it would replay nothing. Accepted here: enable_cuda_graph=False."
+            )
+        size = self.tp_size
+        if size < 1 or world_size % size:
+            raise ConfigurationError(
+                f"tensor_parallel={{'tp_size': {size}}} must be a positive divisor of the number of processes "
+                f"({world_size} = devices x num_nodes). Fix: pick a tp_size that divides "
+                f"{world_size}, or change devices."
+            )
+        if size > 1 and importlib.util.find_spec("transformers") is None:
+            raise ConfigurationError(
+                f"tensor_parallel={{'tp_size': {size}}} uses DeepSpeed's tensor slicing (AutoTP or injection_policy), "
+                "which imports the 'transformers' package, and it is not installed. Fix: `pip install transformers`, "
+                "or predict without tensor_parallel."
+            )
+
+    def init_kwargs(self, dtype: torch.dtype, groups: TensorParallelGroups | None) -> dict[str, Any]:
+        """Keyword arguments for ``deepspeed.init_inference`` (``dtype`` defaults to the precision's dtype)."""
+        kwargs = dict(self.options)
+        kwargs.setdefault("dtype", dtype)
+        kwargs.setdefault("replace_with_kernel_inject", False)
+        if groups is not None:
+            tensor_parallel = dict(kwargs.get("tensor_parallel") or {})
+            tensor_parallel["mpu"] = groups
+            tensor_parallel.pop("tp_size", None)  # taken from the groups
+            kwargs["tensor_parallel"] = tensor_parallel
+        return kwargs
+
+
+class TensorParallelGroups:
+    """Process groups of consecutive ranks for tensor-parallel inference (DeepSpeed's "mpu" protocol).
+
+    DeepSpeed's own inference groups put ranks ``0..tp_size-1`` in one group and leave the others out, which only works
+    when ``tp_size`` equals the world size. These groups cover every rank: ranks ``[0, tp)``, ``[tp, 2tp)``, ...
+    Every rank must build them (``torch.distributed.new_group`` is collective).
+
+    Args:
+        tp_size: Ranks per tensor-parallel group.
+    """
+
+    def __init__(self, tp_size: int) -> None:
+        import torch.distributed as dist
+
+        world, rank = dist.get_world_size(), dist.get_rank()
+        self.tp_size = tp_size
+        self._rank = rank
+        self._model_group: Any = None
+        self._data_group: Any = None
+        for start in range(0, world, tp_size):
+            group = dist.new_group(list(range(start, start + tp_size)))
+            if start <= rank < start + tp_size:
+                self._model_group = group
+        for offset in range(tp_size):
+            group = dist.new_group(list(range(offset, world, tp_size)))
+            if rank % tp_size == offset:
+                self._data_group = group
+
+    def get_model_parallel_group(self) -> Any:
+        """This rank's tensor-parallel group."""
+        return self._model_group
+
+    def get_model_parallel_rank(self) -> int:
+        """This rank's index inside its tensor-parallel group."""
+        return self._rank % self.tp_size
+
+    def get_model_parallel_world_size(self) -> int:
+        """The tensor-parallel size."""
+        return self.tp_size
+
+    def get_data_parallel_group(self) -> Any:
+        """The ranks that hold the same shard (one per tensor-parallel group)."""
+        return self._data_group
+
+    def get_data_parallel_rank(self) -> int:
+        """Which tensor-parallel group this rank belongs to."""
+        return self._rank // self.tp_size
+
+    def get_data_parallel_world_size(self) -> int:
+        """How many tensor-parallel groups there are."""
+        import torch.distributed as dist
+
+        return int(dist.get_world_size()) // self.tp_size

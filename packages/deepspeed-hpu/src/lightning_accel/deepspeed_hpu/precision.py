@@ -1,0 +1,88 @@
+"""Precision for DeepSpeed on HPUs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.apply_func import apply_to_collection
+from lightning.pytorch.plugins.precision import DeepSpeedPrecision
+from typing_extensions import override
+
+from lightning_accel.core.errors import ConfigurationError
+
+__all__ = ["HPUDeepSpeedPrecisionPlugin", "PRECISIONS"]
+
+# Aliases are the short forms the Trainer also accepts.
+PRECISIONS = {
+    "bf16-mixed": "bf16-mixed",
+    "bf16": "bf16-mixed",
+    "bf16-true": "bf16-true",
+    "32-true": "32-true",
+    "32": "32-true",
+    "16-mixed": "16-mixed",
+    "16": "16-mixed",
+}
+
+
+class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
+    """Precision plugin for :class:`~lightning_accel.deepspeed_hpu.HPUDeepSpeedStrategy`.
+
+    ``"bf16-mixed"`` is DeepSpeed's bf16 mode: the engine keeps bf16 weights and runs in bf16, the optimizer keeps
+    fp32 master weights; inputs are cast to bf16. ``"bf16-true"`` casts the module to bf16 up front. ``"32-true"`` is
+    full precision. ``"16-mixed"`` is DeepSpeed's fp16 with loss scaling, accepted where the device supports float16
+    (Gaudi2 and later; the strategy checks at set-up). Lightning's ``DeepSpeedPrecision`` given to the Trainer is
+    turned into this plugin by the strategy.
+
+    For ``trainer.predict`` with DeepSpeed inference, inputs are cast to the inference ``dtype`` the model runs in.
+
+    Args:
+        precision: ``"bf16-mixed"``, ``"bf16-true"``, ``"32-true"`` or ``"16-mixed"`` (``"bf16"``, ``"32"``, ``"16"``
+            as aliases).
+
+    Raises:
+        ConfigurationError: For any other value.
+
+    Example:
+        >>> from lightning.pytorch import Trainer
+        >>> from lightning_accel.deepspeed_hpu import HPUDeepSpeedPrecisionPlugin, HPUDeepSpeedStrategy
+        >>> plugin = HPUDeepSpeedPrecisionPlugin(precision="bf16-mixed")
+        >>> trainer = Trainer(accelerator="hpu", devices=2, strategy=HPUDeepSpeedStrategy(stage=3),
+        ...                   plugins=[plugin])  # doctest: +SKIP
+    """
+
+    def __init__(self, precision: str = "32-true") -> None:
+        normalized = PRECISIONS.get(str(precision))
+        if normalized is None:
+            raise ConfigurationError(
+                f"precision={precision!r} is not supported by DeepSpeed on HPU. Accepted: 'bf16-mixed', 'bf16-true', "
+                "'32-true', '16-mixed' (where the device supports float16), or the aliases 'bf16', '32', '16'."
+            )
+        super().__init__(normalized)  # type: ignore[arg-type]
+        self._input_dtype: torch.dtype | None = None
+
+    @classmethod
+    def from_lightning(cls, plugin: DeepSpeedPrecision) -> HPUDeepSpeedPrecisionPlugin:
+        """The HPU plugin with the same precision as Lightning's ``DeepSpeedPrecision``."""
+        if isinstance(plugin, cls):
+            return plugin
+        return cls(plugin.precision)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating-point type the model computes in."""
+        return self._desired_dtype
+
+    def cast_inputs_to(self, dtype: torch.dtype | None) -> None:
+        """Cast floating-point inputs to ``dtype`` (the inference engine's); ``None``: the precision's."""
+        self._input_dtype = dtype
+
+    @override
+    def convert_input(self, data: Any) -> Any:
+        """Cast floating-point tensors in ``data`` to the dtype the model runs in."""
+        dtype = self._input_dtype or self._desired_dtype
+        return apply_to_collection(data, torch.Tensor, _cast_floating, dtype)
+
+
+def _cast_floating(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return tensor.to(dtype) if torch.is_floating_point(tensor) else tensor
