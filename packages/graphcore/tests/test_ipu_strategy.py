@@ -282,3 +282,9 @@ def test_without_poptorch_or_emulation(tmp_path: Path, monkeypatch: pytest.Monke
     assert not IPUAccelerator.is_available()
     with pytest.raises(Exception, match="LIGHTNING_ACCEL_EMULATE=ipu"):
         Trainer(accelerator=IPUAccelerator(), strategy=IPUStrategy(), devices=1, logger=False).fit(Linear())
+
+
+def test_strategy_needs_the_ipu_accelerator(tmp_path: Path) -> None:
+    trainer = Trainer(accelerator="cpu", strategy=IPUStrategy(), devices=1, logger=False, enable_checkpointing=False)
+    with pytest.raises(ConfigurationError, match="IPUStrategy needs accelerator='ipu', got CPUAccelerator"):
+        trainer.fit(Linear())

@@ -24,6 +24,7 @@ from . import sdk
 from ._dataloaders import to_poptorch_loader
 from ._device_options import device_optimizer, resolve_options, sync_hyperparameters
 from ._step_module import StepModule
+from .accelerator import IPUAccelerator
 from .precision import IPUPrecision, normalize_precision
 
 __all__ = ["IPUPlugin", "IPUStrategy"]
@@ -250,6 +251,11 @@ class IPUStrategy(ParallelStrategy):
         return True
 
     def _check_module(self, trainer: Trainer, module: LightningModule) -> None:
+        if not isinstance(self.accelerator, IPUAccelerator):
+            raise ConfigurationError(
+                f"IPUStrategy needs accelerator='ipu', got {type(self.accelerator).__name__}. Pass "
+                "Trainer(accelerator='ipu') or accelerator=IPUAccelerator()."
+            )
         for hook in ("transfer_batch_to_device", "on_after_batch_transfer"):
             if is_overridden(hook, module, LightningModule):
                 raise ConfigurationError(
