@@ -66,8 +66,15 @@ def main() -> None:
 
     def trainer(epochs: int) -> Trainer:
         return Trainer(
-            accelerator="hpu", devices=2, strategy=args.strategy, precision=args.precision, max_epochs=epochs,
-            default_root_dir=args.out, enable_progress_bar=False, enable_model_summary=False, logger=False,
+            accelerator="hpu",
+            devices=2,
+            strategy=args.strategy,
+            precision=args.precision,
+            max_epochs=epochs,
+            default_root_dir=args.out,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            logger=False,
             enable_checkpointing=False,
         )
 

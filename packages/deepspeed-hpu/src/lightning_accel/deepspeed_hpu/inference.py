@@ -122,12 +122,25 @@ class InferenceSettings:
         kwargs = dict(self.options)
         kwargs.setdefault("dtype", dtype)
         kwargs.setdefault("replace_with_kernel_inject", False)
+        if isinstance(kwargs.get("injection_policy"), Mapping):
+            kwargs["injection_policy"] = {
+                module: _policy_names(names) for module, names in kwargs["injection_policy"].items()
+            }
         if groups is not None:
             tensor_parallel = dict(kwargs.get("tensor_parallel") or {})
             tensor_parallel["mpu"] = groups
-            tensor_parallel.pop("tp_size", None)  # taken from the groups
             kwargs["tensor_parallel"] = tensor_parallel
         return kwargs
+
+
+def _policy_names(names: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The layer names of a policy, plus ``.name`` for each direct child of the policy's module.
+
+    DeepSpeed compares ``parent + "." + child`` with the policy, so a direct child ``l1`` of the module reaches it as
+    ``".l1"`` and a policy saying ``"l1"`` (as in the user guide) would silently leave it unsliced.
+    """
+    given = (names,) if isinstance(names, str) else tuple(names)
+    return given + tuple(f".{name}" for name in given if "." not in name)
 
 
 class TensorParallelGroups:

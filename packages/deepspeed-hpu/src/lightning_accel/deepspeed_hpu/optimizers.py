@@ -30,7 +30,7 @@ def check_client_optimizer(optimizer: torch.optim.Optimizer, config: Mapping[str
     """
     from deepspeed.ops.adam import DeepSpeedCPUAdam
     from deepspeed.ops.lion import DeepSpeedCPULion
-    from deepspeed.runtime.zero.utils import is_zero_supported_optimizer
+    from deepspeed.runtime.zero.utils import ZERO_SUPPORTED_OPTIMIZERS
 
     name = type(optimizer).__name__
     if (
@@ -47,7 +47,11 @@ def check_client_optimizer(optimizer: torch.optim.Optimizer, config: Mapping[str
         )
     zero = config.get("zero_optimization")
     stage = zero.get("stage", 0) if isinstance(zero, Mapping) else 0
-    if stage and not config.get("zero_allow_untested_optimizer", False) and not is_zero_supported_optimizer(optimizer):
+    if (
+        stage
+        and not config.get("zero_allow_untested_optimizer", False)
+        and type(optimizer) not in ZERO_SUPPORTED_OPTIMIZERS
+    ):
         raise ConfigurationError(
             f"configure_optimizers returned {name}, which DeepSpeed has not tested with ZeRO stage {stage}, and "
             "zero_allow_untested_optimizer is false. Accepted: torch.optim.Adam/AdamW, DeepSpeed's optimizers, or "

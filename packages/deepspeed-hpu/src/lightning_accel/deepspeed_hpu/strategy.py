@@ -431,7 +431,9 @@ class HPUDeepSpeedStrategy(MarkStepBoundaries, DeepSpeedStrategy):
         import deepspeed
 
         self.inference.validate(self.world_size, on_hpu=sdk.device_type() == sdk.DEVICE_TYPE)
-        groups = TensorParallelGroups(self.inference.tp_size) if self.inference.tp_size > 1 else None
+        # DeepSpeed's own group (ranks 0..tp_size-1) is right when the group spans the world; ours cover the rest.
+        size = self.inference.tp_size
+        groups = TensorParallelGroups(size) if 1 < size < self.world_size else None
         kwargs = self.inference.init_kwargs(precision.dtype, groups)
         remove_module_hooks(model)
         engine = deepspeed.init_inference(_InjectionRoot(model), **kwargs)

@@ -1,0 +1,62 @@
+import json
+import subprocess
+import sys
+
+import lightning.pytorch as pl
+import pytest
+
+import lightning_accel.deepspeed_hpu  # noqa: F401  (registers the plugins)
+from lightning_accel.core import discovered_plugins
+from lightning_accel.core.emulation import reset_emulation_settings
+from lightning_accel.deepspeed_hpu.plugin import STRATEGY_NAMES
+
+
+def _plugin():  # type: ignore[no-untyped-def]
+    return next(p for p in discovered_plugins() if p.name == "deepspeed_hpu")
+
+
+def test_usable_on_the_emulator_with_deepspeed_installed() -> None:
+    availability = _plugin().spec.check_availability()
+    assert availability.state == "emulated"
+    assert "DeepSpeed is installed" in availability.reason
+
+
+def test_unavailable_without_hpus_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIGHTNING_ACCEL_EMULATE", "")
+    reset_emulation_settings()
+    try:
+        availability = _plugin().spec.check_availability()
+    finally:
+        monkeypatch.undo()
+        reset_emulation_settings()
+    assert availability.state == "unavailable"
+    assert "LIGHTNING_ACCEL_EMULATE=hpu" in availability.reason
+
+
+def test_every_strategy_name_is_registered_with_its_settings() -> None:
+    assert set(STRATEGY_NAMES) == {
+        "hpu_deepspeed",
+        "hpu_deepspeed_stage_1",
+        "hpu_deepspeed_stage_2",
+        "hpu_deepspeed_stage_2_offload",
+        "hpu_deepspeed_stage_3",
+        "hpu_deepspeed_stage_3_offload",
+        "hpu_deepspeed_stage_3_offload_nvme",
+    }
+    registry = pl.strategies.StrategyRegistry
+    assert all(name in registry for name in STRATEGY_NAMES)
+    assert registry["hpu_deepspeed_stage_3_offload"]["init_params"] == {
+        "stage": 3,
+        "offload_optimizer": True,
+        "offload_parameters": True,
+    }
+    # Lightning's own names still mean Lightning's strategy.
+    assert registry["deepspeed_stage_3"]["strategy"].__name__ == "DeepSpeedStrategy"
+
+
+def test_listed_by_the_command_line() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "lightning_accel.core.cli", "list", "--json"], capture_output=True, text=True, check=True
+    )
+    plugin = next(p for p in json.loads(out.stdout)["plugins"] if p["name"] == "deepspeed_hpu")
+    assert "hpu_deepspeed_stage_3" in json.dumps(plugin)
