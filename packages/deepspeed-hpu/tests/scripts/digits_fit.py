@@ -1,4 +1,4 @@
-"""Train the digits on two emulated HPUs with DeepSpeed, from a script that imports only Lightning (plus torch, sklearn).
+"""Train the digits on two emulated HPUs with DeepSpeed from a script importing only Lightning (plus torch, sklearn).
 
 Run as: python digits_fit.py --out DIR [--strategy NAME] [--precision P] [--epochs N]. Lightning starts the second
 process by running this script again. Rank 0 writes ``DIR/result.json``.
