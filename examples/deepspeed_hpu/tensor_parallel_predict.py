@@ -1,0 +1,67 @@
+"""Tensor-parallel prediction on two emulated HPUs, compared with the unsharded model. Each rank writes DIR/rankN.pt.
+
+Run as: LIGHTNING_ACCEL_EMULATE=hpu python examples/deepspeed_hpu/tensor_parallel_predict.py --out DIR --mode kwargs|config. Lightning starts the second process by running it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+from lightning.pytorch import LightningModule, Trainer, seed_everything
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_accel.deepspeed_hpu import HPUDeepSpeedPrecisionPlugin, HPUDeepSpeedStrategy
+from lightning_accel.habana import HPUAccelerator
+
+
+class InferenceSample(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l0 = torch.nn.Linear(16, 128)
+        self.l1 = torch.nn.Linear(128, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l1(torch.relu(self.l0(x)))
+
+    def predict_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self(batch[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--mode", default="kwargs")
+    args = parser.parse_args()
+    seed_everything(0)
+    model = InferenceSample()
+    x = torch.randn(24, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(x)
+    options = {"tensor_parallel": {"tp_size": 2}, "dtype": torch.float, "replace_with_kernel_inject": False}
+    options["injection_policy"] = {InferenceSample: ("l1",)}
+    devices = [torch.device("hpu")] * 2
+    if args.mode == "config":
+        strategy = HPUDeepSpeedStrategy(parallel_devices=devices, config=options)
+    else:
+        strategy = HPUDeepSpeedStrategy(parallel_devices=devices, **options)
+    trainer = Trainer(
+        accelerator=HPUAccelerator(),
+        devices=2,
+        strategy=strategy,
+        plugins=[HPUDeepSpeedPrecisionPlugin("32-true")],
+        logger=False,
+        enable_progress_bar=False,
+    )
+    batches = trainer.predict(model, DataLoader(TensorDataset(x), batch_size=8))
+    assert batches is not None
+    replaced = sorted({type(m).__name__ for m in trainer.strategy.model.modules()})
+    torch.save(
+        {"predictions": torch.cat(batches), "expected": expected, "replaced": replaced},
+        os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
+    )
+
+
+if __name__ == "__main__":
+    main()
