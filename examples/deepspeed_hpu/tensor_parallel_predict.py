@@ -1,6 +1,7 @@
 """Tensor-parallel prediction on two emulated HPUs, compared with the unsharded model. Each rank writes DIR/rankN.pt.
 
-Run as: LIGHTNING_ACCEL_EMULATE=hpu python examples/deepspeed_hpu/tensor_parallel_predict.py --out DIR --mode kwargs|config. Lightning starts the second process by running it again.
+Run as: LIGHTNING_ACCEL_EMULATE=hpu python examples/deepspeed_hpu/tensor_parallel_predict.py --out DIR --mode kwargs
+or --mode config. Lightning starts the second process by running the script again.
 """
 
 from __future__ import annotations

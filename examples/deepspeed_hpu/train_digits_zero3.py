@@ -1,6 +1,7 @@
 """Train the digits on two emulated HPUs with DeepSpeed from a script importing only Lightning (plus torch, sklearn).
 
-Run as: LIGHTNING_ACCEL_EMULATE=hpu python examples/deepspeed_hpu/train_digits_zero3.py --out DIR [--strategy NAME] [--precision P] [--epochs N]. Lightning starts the second
+Run as: LIGHTNING_ACCEL_EMULATE=hpu python examples/deepspeed_hpu/train_digits_zero3.py --out DIR [--strategy NAME]
+[--precision P] [--epochs N]. Lightning starts the second
 process by running this script again. Rank 0 writes ``DIR/result.json``.
 """
 
