@@ -1,4 +1,7 @@
-"""Intel Gaudi (HPU) support for PyTorch Lightning 2.6: accelerator, strategies, checkpoint I/O and the SDK seam.
+"""Intel Gaudi (HPU) support for PyTorch Lightning 2.6.
+
+Accelerator, strategies, mixed precision, HPU graphs, ``torch.compile`` backends, profiler, checkpoint I/O and the
+SDK seam.
 
 Importing this package is cheap: it imports neither torch, Lightning nor the Habana SDK. The public classes are
 loaded on first access, and the SDK (or its emulator, with ``LIGHTNING_ACCEL_EMULATE=hpu``) the first time an HPU is
@@ -21,22 +24,38 @@ from .__about__ import __version__
 if TYPE_CHECKING:
     from .accelerator import HPUAccelerator
     from .checkpoint_io import HPUCheckpointIO
+    from .compile_backends import aot_hpu_inference_backend, aot_hpu_training_backend, hpu_backend
+    from .graphs import HPUGraphs
+    from .precision import HPUPrecisionPlugin
+    from .profiler import HPUProfiler
     from .strategies import HPUParallelStrategy, SingleHPUStrategy
 
 __all__ = [
     "HPUAccelerator",
     "HPUCheckpointIO",
+    "HPUGraphs",
     "HPUParallelStrategy",
+    "HPUPrecisionPlugin",
+    "HPUProfiler",
     "SingleHPUStrategy",
     "__version__",
+    "aot_hpu_inference_backend",
+    "aot_hpu_training_backend",
+    "hpu_backend",
     "sdk",
 ]
 
 _LAZY = {
     "HPUAccelerator": ".accelerator",
     "HPUCheckpointIO": ".checkpoint_io",
+    "HPUGraphs": ".graphs",
     "HPUParallelStrategy": ".strategies",
+    "HPUPrecisionPlugin": ".precision",
+    "HPUProfiler": ".profiler",
     "SingleHPUStrategy": ".strategies",
+    "aot_hpu_inference_backend": ".compile_backends",
+    "aot_hpu_training_backend": ".compile_backends",
+    "hpu_backend": ".compile_backends",
 }
 
 

@@ -49,5 +49,10 @@ PLUGIN = PluginSpec(
     precision={
         "32-true": "float32 weights and computation",
         "32": "float32 weights and computation (alias of 32-true)",
+        "bf16-mixed": "per-operator bfloat16/float32 casts from operator lists (HPUPrecisionPlugin), float32 weights",
+        "bf16": "alias of bf16-mixed",
+        "16-mixed": "per-operator float16/float32 casts (Gaudi2 and later), float32 weights",
+        "16": "alias of 16-mixed",
+        "bf16-true": "bfloat16 weights and computation",
     },
 )

@@ -26,6 +26,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import sys
+import tempfile
+import warnings
+from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -34,21 +39,25 @@ from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableErr
 
 if TYPE_CHECKING:
     import torch
+    from torch.profiler import ProfilerActivity
 
 __all__ = [
     "DEVICE_TYPE",
     "DISTRIBUTED_BACKEND",
     "SDK_DISTRIBUTION",
     "SDK_PACKAGE",
+    "autocast",
     "core_module",
     "device",
     "device_type",
+    "disable_casts",
     "distributed_backend",
     "hccl_module",
     "hpu_module",
     "ht_module",
     "is_emulated",
     "is_sdk_installed",
+    "profiler_activities",
     "require",
     "to_device",
 ]
@@ -62,7 +71,10 @@ _EMULATOR = "lightning_accel.habana._emulator"
 _REAL = "habana_frameworks.torch"
 
 # Lazy attributes: ``from lightning_accel.habana.sdk import htcore`` resolves the SDK at that statement.
-_LAZY_MODULES = {"htcore": "core", "hpu": "hpu", "hccl": "distributed.hccl", "ht": ""}
+_LAZY_MODULES = {"htcore": "core", "hpu": "hpu", "hccl": "distributed.hccl", "hmp": "hpex.hmp", "ht": ""}
+
+# The SDK reads custom autocast operator lists from these files when it is imported (not later).
+_AUTOCAST_LIST_VARS = ("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "PT_HPU_AUTOCAST_FP32_OPS_LIST")
 
 
 def is_sdk_installed() -> bool:
@@ -118,6 +130,88 @@ def hpu_module() -> ModuleType:
 def hccl_module() -> ModuleType:
     """``habana_frameworks.torch.distributed.hccl``; importing it registers the ``"hccl"`` backend."""
     return _module("distributed.hccl")
+
+
+def autocast(
+    dtype: torch.dtype,
+    lower_ops: frozenset[str] | None = None,
+    fp32_ops: frozenset[str] | None = None,
+    opt_level: str = "O1",
+    verbose: bool = False,
+) -> AbstractContextManager[Any]:
+    """A context manager that runs operations in mixed precision, operator by operator.
+
+    On Gaudi it is ``torch.autocast(device_type="hpu", dtype=dtype)``; custom lists are handed to the SDK through
+    ``PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST`` / ``PT_HPU_AUTOCAST_FP32_OPS_LIST``, which the SDK reads when it is
+    first imported. On the emulator it is the emulator's per-operator casting with the same lists.
+
+    Args:
+        dtype: The lower dtype, ``torch.bfloat16`` or ``torch.float16``.
+        lower_ops: Operators run in ``dtype``; the SDK's defaults when ``None``.
+        fp32_ops: Operators run in float32; the SDK's defaults when ``None``.
+        opt_level: ``"O1"`` (only listed operators are cast) or ``"O2"`` (all but ``fp32_ops`` in ``dtype``).
+        verbose: Log each operator's cast decision.
+    """
+    require()
+    if is_emulated():
+        from ._emulator import casting
+
+        policy = casting.CastPolicy(
+            lower_dtype=dtype,
+            lower_ops=casting.DEFAULT_LOWER_OPS if lower_ops is None else lower_ops,
+            fp32_ops=casting.DEFAULT_FP32_OPS if fp32_ops is None else fp32_ops,
+            opt_level=opt_level,
+            verbose=verbose,
+        )
+        return casting.autocast(policy)
+    import torch
+
+    _export_autocast_lists(lower_ops, fp32_ops)
+    return torch.autocast(device_type=DEVICE_TYPE, dtype=dtype)
+
+
+def _export_autocast_lists(lower_ops: frozenset[str] | None, fp32_ops: frozenset[str] | None) -> None:
+    for variable, ops in zip(_AUTOCAST_LIST_VARS, (lower_ops, fp32_ops), strict=False):
+        if ops is None or os.environ.get(variable):
+            continue
+        if SDK_PACKAGE in sys.modules:
+            warnings.warn(
+                f"The Habana SDK was imported before the operator lists were set, so it keeps its default lists. "
+                f"Create the precision plugin before any HPU code runs, or set {variable} yourself.",
+                stacklevel=3,
+            )
+            continue
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
+            handle.write("\n".join(sorted(ops)) + "\n")
+        os.environ[variable] = handle.name
+
+
+def disable_casts() -> AbstractContextManager[Any]:
+    """A context manager inside which no operation is cast (around optimizer steps), even within :func:`autocast`."""
+    require()
+    if is_emulated():
+        from ._emulator import casting
+
+        return casting.disable_casts()
+    import torch
+
+    return torch.autocast(device_type=DEVICE_TYPE, enabled=False)
+
+
+def profiler_activities() -> list[ProfilerActivity]:
+    """What ``torch.profiler`` records for HPU work: CPU and HPU on Gaudi; CPU (and CUDA on a CUDA backing) emulated."""
+    from torch.profiler import ProfilerActivity
+
+    require()
+    activities = [ProfilerActivity.CPU]
+    if is_emulated():
+        if device_type() == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        return activities
+    hpu_activity = getattr(ProfilerActivity, "HPU", None)
+    if hpu_activity is not None:
+        activities.append(hpu_activity)
+    return activities
 
 
 def distributed_backend() -> str:

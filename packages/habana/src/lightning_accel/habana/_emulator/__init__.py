@@ -12,12 +12,19 @@ SDK module                                Emulator module
 ``habana_frameworks.torch.distributed``   ``lightning_accel.habana._emulator.distributed``
 ``...distributed.hccl``                   ``lightning_accel.habana._emulator.distributed.hccl``
 ``...utils.library_loader``               ``lightning_accel.habana._emulator.utils.library_loader``
+``...hpex.hmp``                           ``lightning_accel.habana._emulator.hpex.hmp``
+``...dynamo.compile_backend``             ``lightning_accel.habana._emulator.dynamo``
 ========================================  ==============================================
+
+As importing the SDK does, importing the emulator registers the ``torch.compile`` backends ``hpu_backend``,
+``aot_hpu_training_backend`` and ``aot_hpu_inference_backend``.
 
 Tensors live on the backing device chosen by ``LIGHTNING_ACCEL_EMULATE_BACKEND`` (``cpu`` or ``cuda``). Do not import
 this package directly; go through the seam.
 """
 
-from . import core, hpu
+from . import core, dynamo, hpex, hpu
 
-__all__ = ["core", "hpu"]
+dynamo.register_backends()
+
+__all__ = ["core", "dynamo", "hpex", "hpu"]

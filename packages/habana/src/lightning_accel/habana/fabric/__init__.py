@@ -8,6 +8,7 @@ Example:
 
 from ..checkpoint_io import HPUCheckpointIO
 from .accelerator import HPUAccelerator
+from .precision import HPUPrecision
 from .strategies import HPUParallelStrategy, SingleHPUStrategy
 
-__all__ = ["HPUAccelerator", "HPUCheckpointIO", "HPUParallelStrategy", "SingleHPUStrategy"]
+__all__ = ["HPUAccelerator", "HPUCheckpointIO", "HPUParallelStrategy", "HPUPrecision", "SingleHPUStrategy"]

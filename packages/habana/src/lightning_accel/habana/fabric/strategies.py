@@ -17,6 +17,7 @@ from .._collectives import all_reduce
 from .._env import initialize_hccl, restore_environment
 from .._lazy import MarkStepAfterUpdates
 from ..checkpoint_io import HPUCheckpointIO
+from .precision import HPUPrecision
 
 if TYPE_CHECKING:
     from lightning.fabric.accelerators import Accelerator
@@ -25,7 +26,24 @@ if TYPE_CHECKING:
 __all__ = ["HPUParallelStrategy", "SingleHPUStrategy"]
 
 
-class SingleHPUStrategy(MarkStepAfterUpdates, SingleDeviceStrategy):
+class _HPUPrecisionSetter:
+    """Mixin: Fabric's generic precision plugins (built from ``precision=``) become :class:`HPUPrecision`."""
+
+    _precision: Precision | None
+
+    @property
+    def precision(self) -> Precision:
+        """The precision plugin; float32 :class:`HPUPrecision` until one is set."""
+        if self._precision is None:
+            self._precision = HPUPrecision()
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: Precision | None) -> None:
+        self._precision = None if precision is None else HPUPrecision.from_lightning(precision)
+
+
+class SingleHPUStrategy(_HPUPrecisionSetter, MarkStepAfterUpdates, SingleDeviceStrategy):
     """Fabric strategy for one HPU (``strategy="hpu_single"``); closes the lazy graph after backward and step.
 
     Example:
@@ -75,7 +93,7 @@ class SingleHPUStrategy(MarkStepAfterUpdates, SingleDeviceStrategy):
         strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)
 
 
-class HPUParallelStrategy(MarkStepAfterUpdates, DDPStrategy):
+class HPUParallelStrategy(_HPUPrecisionSetter, MarkStepAfterUpdates, DDPStrategy):
     """Fabric data parallel over HCCL (``strategy="hpu_parallel"``, also ``"hpu_ddp"``).
 
     ``fabric.all_reduce`` supports sum, mean, min and max.

@@ -16,6 +16,7 @@ from .._collectives import all_reduce
 from .._env import initialize_hccl, restore_environment
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from ..checkpoint_io import HPUCheckpointIO
+from ._precision import HPUPrecisionSetter
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["HPUParallelStrategy"]
 
 
-class HPUParallelStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DDPStrategy):
+class HPUParallelStrategy(HPUPrecisionSetter, MarkStepAfterUpdates, MarkStepAroundEvaluation, DDPStrategy):
     """Distributed data parallel over HCCL (``strategy="hpu_parallel"``, also ``"hpu_ddp"``).
 
     One process per HPU; several nodes through ``num_nodes`` and Lightning's cluster environments (the variables
@@ -38,7 +39,8 @@ class HPUParallelStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DDPStr
             default. Under emulation they are mapped to the backing device when the strategy sets up.
         cluster_environment: How processes find each other (Lightning picks one by default).
         checkpoint_io: Checkpoint I/O; :class:`HPUCheckpointIO` by default.
-        precision_plugin: Precision plugin (normally set by the Trainer).
+        precision_plugin: Precision plugin; Lightning's plugin for ``precision=`` becomes an
+            :class:`~lightning_accel.habana.HPUPrecisionPlugin`.
         process_group_backend: The ``torch.distributed`` backend; ``"hccl"``.
         timeout: Timeout of collective operations.
         start_method: How Lightning starts the processes of this node (``"popen"`` re-runs the script).

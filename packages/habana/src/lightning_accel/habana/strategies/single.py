@@ -13,6 +13,7 @@ from lightning_accel.core.emulation import emulation_settings
 from .. import sdk
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from ..checkpoint_io import HPUCheckpointIO
+from ._precision import HPUPrecisionSetter
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins import CheckpointIO
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["SingleHPUStrategy"]
 
 
-class SingleHPUStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, SingleDeviceStrategy):
+class SingleHPUStrategy(HPUPrecisionSetter, MarkStepAfterUpdates, MarkStepAroundEvaluation, SingleDeviceStrategy):
     """Train on one HPU (``strategy="hpu_single"``).
 
     In lazy mode it closes the HPU graph after the backward pass, after the optimizer step and around each evaluation
@@ -33,7 +34,8 @@ class SingleHPUStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, SingleDe
             the backing device when the strategy sets up.
         accelerator: The accelerator (normally set by the Trainer).
         checkpoint_io: Checkpoint I/O; :class:`HPUCheckpointIO` by default.
-        precision_plugin: Precision plugin (normally set by the Trainer).
+        precision_plugin: Precision plugin; Lightning's plugin for ``precision=`` becomes an
+            :class:`~lightning_accel.habana.HPUPrecisionPlugin`.
 
     Example:
         >>> from lightning.pytorch import Trainer

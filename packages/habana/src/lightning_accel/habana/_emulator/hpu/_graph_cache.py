@@ -1,0 +1,301 @@
+"""Graph caches keyed by input signature: the emulated ``ModuleCacher`` and ``wrap_in_hpu_graph``."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from .graphs import HPUGraph, graph, graph_autograd, refuse_compiled
+
+__all__ = ["ModuleCacher", "signature", "wrap_in_hpu_graph"]
+
+
+def signature(leaves: list[Any], spec: Any) -> Hashable:
+    """The cache key of a call: its structure, each tensor's shape, dtype, device and grad flag, other values."""
+    parts: list[Hashable] = [str(spec)]
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            parts.append((tuple(leaf.shape), leaf.dtype, str(leaf.device), leaf.requires_grad))
+        else:
+            try:
+                hash(leaf)
+                parts.append(leaf)
+            except TypeError:
+                parts.append(repr(leaf))
+    return tuple(parts)
+
+
+class _LRU:
+    """At most ``capacity`` entries (unbounded when ``None``); the least recently used goes first."""
+
+    def __init__(self, capacity: int | None) -> None:
+        self.capacity = capacity
+        self.entries: OrderedDict[Hashable, Any] = OrderedDict()
+        self.captures: list[Hashable] = []
+        self.evictions: list[Hashable] = []
+
+    def get(self, key: Hashable) -> Any:
+        entry = self.entries.get(key)
+        if entry is not None:
+            self.entries.move_to_end(key)
+        return entry
+
+    def put(self, key: Hashable, entry: Any) -> None:
+        if self.capacity is not None:
+            while len(self.entries) >= self.capacity:
+                evicted, _ = self.entries.popitem(last=False)
+                self.evictions.append(evicted)
+        self.entries[key] = entry
+        self.captures.append(key)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+def _check_max_graphs(max_graphs: Any, owner: str, allow_none: bool) -> None:
+    valid = isinstance(max_graphs, int) and not isinstance(max_graphs, bool) and max_graphs >= 1
+    if not (valid or (allow_none and max_graphs is None)):
+        raise ValueError(
+            f"{owner}(max_graphs={max_graphs!r}) is not accepted. Accepted: a positive int (how many graphs to keep)"
+            f"{' or None (no limit)' if allow_none else ''}."
+        )
+
+
+def _split(leaves: list[Any]) -> tuple[list[int], list[torch.Tensor]]:
+    positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    return positions, [leaves[i] for i in positions]
+
+
+def _static_copy(tensor: torch.Tensor) -> torch.Tensor:
+    static = tensor.detach().clone()
+    return static.requires_grad_(tensor.requires_grad)
+
+
+class _GraphedCall:
+    """One input signature of a ModuleCacher: the forward and backward graphs of the module on such inputs."""
+
+    def __init__(
+        self,
+        forward: Callable[..., Any],
+        leaves: list[Any],
+        spec: Any,
+        params: tuple[torch.Tensor, ...],
+        allow_unused_input: bool,
+    ) -> None:
+        self.positions, tensors = _split(leaves)
+        constants = list(leaves)
+        self.out_spec: Any = None
+        self.out_constants: list[Any] = []
+
+        def tensors_only(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            full = list(constants)
+            for position, tensor in zip(self.positions, inputs, strict=False):
+                full[position] = tensor
+            args, kwargs = tree_unflatten(full, spec)
+            out_leaves, self.out_spec = tree_flatten(forward(*args, **kwargs))
+            self.out_constants = out_leaves
+            return tuple(leaf for leaf in out_leaves if isinstance(leaf, torch.Tensor))
+
+        static = tuple(_static_copy(t) for t in tensors)
+        self.graphed = graph_autograd(tensors_only, static, params, 0, allow_unused_input)
+
+    def __call__(self, leaves: list[Any]) -> Any:
+        _, tensors = _split(leaves)
+        filled = iter(self.graphed(*tensors))
+        out_leaves = [next(filled) if isinstance(leaf, torch.Tensor) else leaf for leaf in self.out_constants]
+        return tree_unflatten(out_leaves, self.out_spec)
+
+
+class ModuleCacher:
+    """Keep one HPU graph per input signature of a module's training forward (at most ``max_graphs``).
+
+    Calls in training mode with gradients enabled (and lazy mode, as on the SDK) run graphs: a new signature is
+    captured (forward and backward, executing the work), a known one replayed. When ``max_graphs`` graphs are kept
+    and a new signature comes, the least recently used graph is dropped; it is captured again if its signature
+    returns. Other calls (evaluation, ``torch.no_grad``) run the original forward.
+
+    Args:
+        max_graphs: How many graphs to keep.
+
+    Example:
+        >>> from lightning_accel.habana.sdk import htcore  # doctest: +SKIP
+        >>> model = htcore.hpu.ModuleCacher(max_graphs=10)(model=model, inplace=True)  # doctest: +SKIP
+    """
+
+    def __init__(self, max_graphs: int = 10) -> None:
+        _check_max_graphs(max_graphs, "ModuleCacher", allow_none=False)
+        self.max_graphs = max_graphs
+        self._cache = _LRU(max_graphs)
+        self.cached_hits_dict: dict[Hashable, int] = {}
+        self.uncached_train_hits = 0
+        self.uncached_eval_hits = 0
+        self.model: torch.nn.Module | None = None
+        self._forward: Callable[..., Any] | None = None
+        self.allow_unused_input = False
+
+    @property
+    def model_dict(self) -> OrderedDict[Hashable, Any]:
+        """The graphs kept, by input signature, least recently used first."""
+        return self._cache.entries
+
+    @property
+    def capture_history(self) -> list[Hashable]:
+        """Emulator only: the signature of every capture, in order (a signature captured again appears twice)."""
+        return list(self._cache.captures)
+
+    @property
+    def eviction_history(self) -> list[Hashable]:
+        """Emulator only: the signature of every graph dropped to make room, in order."""
+        return list(self._cache.evictions)
+
+    def __call__(
+        self,
+        model: torch.nn.Module,
+        use_lfu: bool = False,
+        inplace: bool = True,
+        allow_unused_input: bool = False,
+        asynchronous: bool = False,
+        have_grad_accumulation: bool = False,
+        log_frequency: int = 100,
+        verbose: bool = False,
+        disable_tensor_cache: bool = False,
+        dry_run: bool = False,
+    ) -> torch.nn.Module:
+        """Route ``model``'s forward through the cache; returns the model (a shallow copy unless ``inplace``).
+
+        Raises:
+            TypeError: When ``model`` is not an ``nn.Module``.
+            RuntimeError: When ``model`` was compiled with ``torch.compile``.
+        """
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"ModuleCacher(...)(model=...) needs a torch.nn.Module, got {type(model).__name__}.")
+        refuse_compiled(model, "model")
+        if not inplace:
+            model = copy.copy(model)
+        # The SDK's default is strict; it allows unused inputs for the graphs it builds per signature.
+        self.allow_unused_input = True
+        self._forward = model.forward
+        self.model = model
+        # Plain attributes on the module, as the SDK sets them (nn.Module's typing knows only tensors and modules).
+        object.__setattr__(model, "orig_forward", self._forward)
+        object.__setattr__(model, "forward", self.forward)
+        return model
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Replay (or capture) the graph of this input signature, or run the original forward."""
+        assert self.model is not None and self._forward is not None
+        from ..core import is_lazy  # the core module imports this package
+
+        if not (self.model.training and torch.is_grad_enabled() and is_lazy()):
+            if self.model.training:
+                self.uncached_train_hits += 1
+            else:
+                self.uncached_eval_hits += 1
+            return self._forward(*args, **kwargs)
+        leaves, spec = tree_flatten((args, kwargs))
+        key = signature(leaves, spec)
+        entry = self._cache.get(key)
+        if entry is None:
+            params = tuple(self.model.parameters())
+            entry = _GraphedCall(self._forward, leaves, spec, params, self.allow_unused_input)
+            self._cache.put(key, entry)
+        self.cached_hits_dict[key] = self.cached_hits_dict.get(key, 0) + 1
+        return entry(leaves)
+
+    def clear_cache(self) -> None:
+        """Drop every graph."""
+        self._cache.clear()
+
+    def log_stats(self) -> str:
+        """The cache statistics, as the SDK prints them."""
+        text = (
+            f"HPU Graph Statistics\n  Max graphs: {self.max_graphs}\n  No. of HPUGraphs cached: {len(self.model_dict)}"
+            f"\n  Captures: {len(self._cache.captures)}\n  Evictions: {len(self._cache.evictions)}"
+            f"\n  Total cached hits: {sum(self.cached_hits_dict.values())}"
+            f"\n  Uncached train hits: {self.uncached_train_hits}\n  Uncached eval hits: {self.uncached_eval_hits}"
+        )
+        print(text)
+        return text
+
+
+class _ForwardGraph:
+    def __init__(self, forward: Callable[..., Any], leaves: list[Any], spec: Any) -> None:
+        positions, tensors = _split(leaves)
+        self.static = [t.detach().clone() for t in tensors]
+        full = list(leaves)
+        for position, static in zip(positions, self.static, strict=False):
+            full[position] = static
+        args, kwargs = tree_unflatten(full, spec)
+        self.graph = HPUGraph()
+        with graph(self.graph):
+            self.outputs = forward(*args, **kwargs)
+
+    def __call__(self, leaves: list[Any]) -> Any:
+        _, tensors = _split(leaves)
+        for static, new in zip(self.static, tensors, strict=False):
+            static.copy_(new)
+        self.graph.replay()
+        return self.outputs
+
+
+def wrap_in_hpu_graph(
+    module: torch.nn.Module,
+    asynchronous: bool = False,
+    disable_tensor_cache: bool = False,
+    dry_run: bool = False,
+    max_graphs: int | None = None,
+) -> torch.nn.Module:
+    """Run ``module``'s inference forward as HPU graphs, one per input signature.
+
+    The first call with a signature captures (and executes) the forward; later calls copy their tensors into the
+    captured inputs and replay. The returned tensors are the graph's static outputs, overwritten by the next call
+    with the same signature. Calls that need autograd (gradients enabled and a parameter or input requiring grad)
+    run the original forward, since a forward-only graph cannot be differentiated; ``bypass_hpu_graphs=True`` does
+    too. ``module.clear_cache()`` drops the graphs.
+
+    Args:
+        module: The module whose ``forward`` is wrapped (in place).
+        asynchronous: Accepted for compatibility with the SDK.
+        disable_tensor_cache: Accepted for compatibility with the SDK (the emulator keeps captured tensors).
+        dry_run: Accepted for compatibility with the SDK.
+        max_graphs: How many graphs to keep (least recently used dropped first); no limit when ``None``.
+
+    Raises:
+        TypeError: When ``module`` is not an ``nn.Module``.
+        RuntimeError: When ``module`` was compiled with ``torch.compile``.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"wrap_in_hpu_graph(module=...) needs a torch.nn.Module, got {type(module).__name__}.")
+    refuse_compiled(module, "module")
+    _check_max_graphs(max_graphs, "wrap_in_hpu_graph", allow_none=True)
+    cache = _LRU(max_graphs)
+    original = module.forward
+
+    @functools.wraps(original)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.pop("bypass_hpu_graphs", False):
+            return original(*args, **kwargs)
+        leaves, spec = tree_flatten((args, kwargs))
+        if torch.is_grad_enabled() and (
+            any(p.requires_grad for p in module.parameters())
+            or any(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in leaves)
+        ):
+            return original(*args, **kwargs)
+        key = signature(leaves, spec)
+        entry = cache.get(key)
+        if entry is None:
+            entry = _ForwardGraph(original, leaves, spec)
+            cache.put(key, entry)
+            return entry.outputs
+        return entry(leaves)
+
+    object.__setattr__(module, "forward", forward)
+    object.__setattr__(module, "clear_cache", cache.clear)
+    object.__setattr__(module, "hpu_graph_cache", cache)
+    return module

@@ -1,0 +1,160 @@
+"""The arguments of the HPU precision plugins, checked once and shared by the Trainer and Fabric plugins."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch.utils._pytree import tree_map
+
+from lightning_accel.core.errors import ConfigurationError
+
+from . import sdk
+from ._op_lists import read_operator_list
+
+__all__ = [
+    "PRECISIONS",
+    "PrecisionLiteral",
+    "PrecisionSettings",
+    "convert_floats",
+    "default_dtype",
+    "normalize_precision",
+]
+
+PrecisionLiteral = Literal["bf16-mixed", "16-mixed", "32-true", "bf16-true"]
+PRECISIONS: tuple[str, ...] = ("bf16-mixed", "16-mixed", "32-true", "bf16-true")
+# Lightning's short spellings, mapped as Lightning maps them (precision=16 is "16-mixed").
+_ALIASES: dict[Any, str] = {16: "16-mixed", "16": "16-mixed", "bf16": "bf16-mixed", 32: "32-true", "32": "32-true"}
+_OPT_LEVELS = ("O1", "O2")
+_ACCEPTED = "'bf16-mixed', '16-mixed', '32-true', 'bf16-true' (or Lightning's 16, '16', 'bf16', 32, '32')"
+
+
+def normalize_precision(precision: Any) -> str:
+    """The canonical precision string for ``precision``.
+
+    Raises:
+        ConfigurationError: When HPUs do not support ``precision``.
+    """
+    value = _ALIASES.get(precision, precision)
+    if value not in PRECISIONS:
+        raise ConfigurationError(
+            f"precision={precision!r} is not supported on HPUs. Accepted: {_ACCEPTED}. For float16 weights use "
+            "'16-mixed'; 64-bit and 'transformer-engine' precisions are not available on HPUs."
+        )
+    return str(value)
+
+
+@dataclass(frozen=True)
+class PrecisionSettings:
+    """Checked precision arguments.
+
+    Attributes:
+        precision: One of :data:`PRECISIONS`.
+        opt_level: ``"O1"`` or ``"O2"``.
+        verbose: Log cast decisions.
+        lower_ops: Operators run in the lower dtype (``None``: the SDK's default list).
+        fp32_ops: Operators run in float32 (``None``: the SDK's default list).
+    """
+
+    precision: str
+    opt_level: str
+    verbose: bool
+    lower_ops: frozenset[str] | None
+    fp32_ops: frozenset[str] | None
+
+    @classmethod
+    def create(
+        cls,
+        precision: Any,
+        opt_level: str,
+        verbose: bool,
+        bf16_file_path: str | Path | None,
+        fp32_file_path: str | Path | None,
+    ) -> PrecisionSettings:
+        """Check the plugin arguments and read the operator lists.
+
+        Raises:
+            ConfigurationError: For an unsupported precision or ``opt_level``, lists given without a mixed
+                precision, a bad list file, an operator in both lists, or ``"16-mixed"`` on a Gaudi without float16.
+        """
+        value = normalize_precision(precision)
+        if opt_level not in _OPT_LEVELS:
+            raise ConfigurationError(
+                f"opt_level={opt_level!r} is not supported. Accepted: 'O1' (only the listed operators are cast) or "
+                "'O2' (every operator runs in the lower precision except the float32 list)."
+            )
+        mixed = value.endswith("-mixed")
+        if not mixed and (bf16_file_path is not None or fp32_file_path is not None):
+            raise ConfigurationError(
+                f"bf16_file_path / fp32_file_path were given with precision={precision!r}, which casts no operator. "
+                "Operator lists need a mixed precision: pass precision='bf16-mixed' (or '16-mixed'), or drop the lists."
+            )
+        lower = None if bf16_file_path is None else read_operator_list(bf16_file_path, "bf16_file_path")
+        fp32 = None if fp32_file_path is None else read_operator_list(fp32_file_path, "fp32_file_path")
+        if lower is not None and fp32 is not None and lower & fp32:
+            both = ", ".join(sorted(lower & fp32))
+            raise ConfigurationError(
+                f"Operator(s) {both} appear in both bf16_file_path={str(bf16_file_path)!r} and "
+                f"fp32_file_path={str(fp32_file_path)!r}. Accepted: each operator in at most one list; remove it from "
+                "the list whose precision you do not want."
+            )
+        if value == "16-mixed":
+            _require_float16()
+        return cls(value, opt_level, bool(verbose), lower, fp32)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether operations are cast per operator."""
+        return self.precision.endswith("-mixed")
+
+    @property
+    def lower_dtype(self) -> torch.dtype:
+        """The lower-precision dtype: float16 for ``"16-mixed"``, bfloat16 otherwise."""
+        return torch.float16 if self.precision == "16-mixed" else torch.bfloat16
+
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        """The dtype of the weights: bfloat16 for ``"bf16-true"``, float32 otherwise."""
+        return torch.bfloat16 if self.precision == "bf16-true" else torch.float32
+
+    def cast_context(self) -> AbstractContextManager[Any]:
+        """Per-operator casting for the mixed precisions; bfloat16 as the default dtype for ``"bf16-true"``."""
+        if self.precision == "bf16-true":
+            return default_dtype(torch.bfloat16)
+        if not self.mixed:
+            return nullcontext()
+        return sdk.autocast(self.lower_dtype, self.lower_ops, self.fp32_ops, self.opt_level, self.verbose)
+
+    def no_cast_context(self) -> AbstractContextManager[Any]:
+        """No casting inside (the optimizer step); nothing to do for the true precisions."""
+        return sdk.disable_casts() if self.mixed else nullcontext()
+
+
+def _require_float16() -> None:
+    name = str(sdk.hpu_module().get_device_name())
+    # First-generation Gaudi ("GAUDI") has no float16 arithmetic; Gaudi2 and later do.
+    if name.upper().split(" ")[0] == "GAUDI":
+        raise ConfigurationError(
+            f"precision='16-mixed' needs float16 support, which this HPU ({name}) lacks. Accepted on it: 'bf16-mixed', "
+            "'bf16-true' or '32-true'."
+        )
+
+
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Make ``dtype`` the default floating-point dtype inside the block."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def convert_floats(data: Any, dtype: torch.dtype) -> Any:
+    """``data`` with every floating-point tensor converted to ``dtype`` (other values untouched)."""
+    return tree_map(lambda v: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v, data)

@@ -1,0 +1,150 @@
+"""The Trainer precision plugin for HPUs: per-operator mixed precision with operator lists."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from lightning.pytorch.plugins.precision import Precision
+from typing_extensions import override
+
+from lightning_accel.core.errors import ConfigurationError
+
+from ._precision_settings import PrecisionSettings, convert_floats, default_dtype, normalize_precision
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+    from lightning.fabric.utilities.types import Steppable
+
+__all__ = ["HPUPrecisionPlugin"]
+
+
+class HPUPrecisionPlugin(Precision):
+    """Mixed or true precision on HPUs (``Trainer(accelerator="hpu", precision="bf16-mixed")`` picks it for you).
+
+    With a mixed precision, each operation of the forward pass and the steps runs in the precision its operator
+    list gives it: the lower-precision list in bfloat16 (float16 for ``"16-mixed"``), the float32 list in float32,
+    and, at ``opt_level="O1"``, everything else on its inputs as they are; at ``"O2"`` everything else in the lower
+    precision. Weights, gradients and optimizer steps stay in float32; the step runs with casting switched off.
+
+    Args:
+        precision: ``"bf16-mixed"``, ``"16-mixed"`` (Gaudi2 and later), ``"32-true"`` or ``"bf16-true"``
+            (bfloat16 weights); Lightning's ``16``, ``"bf16"`` and ``32`` map as Lightning maps them.
+        opt_level: ``"O1"`` or ``"O2"`` (see above).
+        verbose: Log each operator's first cast decision (logger ``lightning_accel.habana.precision``).
+        bf16_file_path: Text file naming the lower-precision operators, one per line; the SDK's default list when
+            omitted.
+        fp32_file_path: Text file naming the float32 operators, one per line; the SDK's default list when omitted.
+        device: The device type; only ``"hpu"``.
+
+    Raises:
+        ConfigurationError: For an unsupported ``precision`` or ``opt_level``, a missing, unreadable or malformed
+            list file, an unknown operator name, or lists given with a precision that casts nothing.
+
+    Example:
+        >>> from lightning.pytorch import Trainer
+        >>> from lightning_accel.habana import HPUPrecisionPlugin
+        >>> plugin = HPUPrecisionPlugin("bf16-mixed", opt_level="O1", bf16_file_path="ops_bf16.txt")  # doctest: +SKIP
+        >>> trainer = Trainer(accelerator="hpu", devices=1, plugins=[plugin])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        precision: str | int = "32-true",
+        opt_level: str = "O1",
+        verbose: bool = False,
+        bf16_file_path: str | Path | None = None,
+        fp32_file_path: str | Path | None = None,
+        device: str = "hpu",
+    ) -> None:
+        if device != "hpu":
+            raise ConfigurationError(
+                f"HPUPrecisionPlugin(device={device!r}) is not supported. Accepted: 'hpu'. For other devices use "
+                "Lightning's own precision plugins (Trainer(precision=...))."
+            )
+        self._settings = PrecisionSettings.create(precision, opt_level, verbose, bf16_file_path, fp32_file_path)
+        self.precision = self._settings.precision  # type: ignore[assignment]
+        self.opt_level = opt_level
+        self.verbose = verbose
+        self.bf16_file_path = bf16_file_path
+        self.fp32_file_path = fp32_file_path
+        self.device = device
+
+    @property
+    def lower_ops(self) -> frozenset[str] | None:
+        """The operators run in the lower precision (``None``: the SDK's default list)."""
+        return self._settings.lower_ops
+
+    @property
+    def fp32_ops(self) -> frozenset[str] | None:
+        """The operators run in float32 (``None``: the SDK's default list)."""
+        return self._settings.fp32_ops
+
+    @override
+    def forward_context(self) -> AbstractContextManager[Any]:
+        """Per-operator casting for the forward pass and the steps (bfloat16 default dtype for ``"bf16-true"``)."""
+        return self._settings.cast_context()
+
+    @override
+    def optimizer_step(  # type: ignore[override]
+        self,
+        optimizer: Steppable,
+        model: pl.LightningModule,
+        closure: Callable[[], Any],
+        **kwargs: Any,
+    ) -> Any:
+        """Run the optimizer step with casting switched off; the closure's training step casts as usual."""
+        with self._settings.no_cast_context():
+            return super().optimizer_step(optimizer, model, closure, **kwargs)
+
+    @override
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """bfloat16 weights for ``"bf16-true"``; the module unchanged otherwise."""
+        if self.precision == "bf16-true":
+            return module.to(dtype=torch.bfloat16)
+        return module
+
+    @override
+    def tensor_init_context(self) -> AbstractContextManager[Any]:
+        """Create floating-point tensors in bfloat16 for ``"bf16-true"``."""
+        return default_dtype(torch.bfloat16) if self.precision == "bf16-true" else nullcontext()
+
+    @override
+    def module_init_context(self) -> AbstractContextManager[Any]:
+        """Create module parameters in bfloat16 for ``"bf16-true"``."""
+        return self.tensor_init_context()
+
+    @override
+    def convert_input(self, data: Any) -> Any:
+        """Floating-point inputs in bfloat16 for ``"bf16-true"``; unchanged otherwise."""
+        return convert_floats(data, torch.bfloat16) if self.precision == "bf16-true" else data
+
+    @classmethod
+    def from_lightning(cls, plugin: Precision) -> Precision:
+        """The HPU plugin for a generic plugin Lightning built from ``precision=`` (used by the HPU strategies).
+
+        Raises:
+            ConfigurationError: For a plugin that cannot run on HPUs.
+        """
+        if isinstance(plugin, HPUPrecisionPlugin) or type(plugin).__name__ not in _GENERIC:
+            return _check_foreign(plugin)
+        return cls(normalize_precision(getattr(plugin, "precision", "32-true")))
+
+
+# Lightning's connector builds these from precision=...; they know nothing of HPUs, so the strategies translate them.
+_GENERIC = ("Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision")
+
+
+def _check_foreign(plugin: Precision) -> Precision:
+    if isinstance(plugin, HPUPrecisionPlugin):
+        return plugin
+    # A user's own subclass is their business; Lightning's device-specific plugins are not.
+    if type(plugin).__module__.startswith(("lightning.", "pytorch_lightning.")):
+        raise ConfigurationError(
+            f"The precision plugin {type(plugin).__name__} cannot run on HPUs. Accepted: precision='bf16-mixed', "
+            "'16-mixed', '32-true' or 'bf16-true', or plugins=[HPUPrecisionPlugin(...)]."
+        )
+    return plugin

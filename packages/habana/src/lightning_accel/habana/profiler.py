@@ -1,0 +1,57 @@
+"""``HPUProfiler``: Lightning's PyTorch profiler, recording HPU activity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.profilers import PyTorchProfiler
+
+from lightning_accel.core.errors import DeviceUnavailableError
+
+from . import sdk
+
+__all__ = ["HPUProfiler"]
+
+
+def _activities() -> list[Any]:
+    try:
+        return sdk.profiler_activities()
+    except DeviceUnavailableError:
+        # Without HPUs the profiler still works, on the CPU, as PyTorchProfiler does.
+        from torch.profiler import ProfilerActivity
+
+        return [ProfilerActivity.CPU]
+
+
+class HPUProfiler(PyTorchProfiler):
+    """Profile PyTorch operators on HPUs and write traces that Chrome tracing and TensorBoard open.
+
+    On Gaudi it records CPU and HPU activity; on the emulator, CPU activity (and CUDA on a CUDA backing). It is a
+    :class:`~lightning.pytorch.profilers.PyTorchProfiler` with the same arguments:
+
+    * default profiling: ``Trainer(profiler=HPUProfiler())`` writes a JSON trace per profiled stage into ``dirpath``
+      (the Trainer's log directory by default);
+    * distributed profiling: with ``filename="perf-logs"`` every rank writes its own trace and summary;
+    * custom actions: ``with profiler.profile("my_action"):`` or ``profiler.start("my_action")`` /
+      ``profiler.stop("my_action")`` appear by name in the trace.
+
+    :meth:`summary` returns the operator table (sorted by total time). Timings are those of a synchronously measured
+    run: use it to find where time goes, and the ``SimpleProfiler`` for end-to-end wall-clock time.
+
+    Args:
+        dirpath: Directory for traces and summaries.
+        filename: Base name of the per-rank files.
+        **kwargs: Any argument of ``PyTorchProfiler`` (``row_limit``, ``sort_by_key``, ``record_module_names``,
+            ``schedule``, ``activities``, ...).
+
+    Example:
+        >>> from lightning.pytorch import Trainer
+        >>> from lightning_accel.habana import HPUProfiler
+        >>> profiler = HPUProfiler(filename="perf-logs")
+        >>> trainer = Trainer(accelerator="hpu", devices=2, profiler=profiler)  # doctest: +SKIP
+    """
+
+    def __init__(self, dirpath: str | Path | None = None, filename: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("activities", _activities())
+        super().__init__(dirpath=dirpath, filename=filename, **kwargs)

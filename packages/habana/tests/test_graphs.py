@@ -1,0 +1,362 @@
+"""HPU graphs on the emulator: seed 001's examples against eager runs, the cache, and the Lightning switch."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import LightningModule, Trainer
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.habana import HPUGraphs
+from lightning_accel.habana.sdk import htcore
+
+BATCH = 32
+
+
+def _net() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def _data(batches: int = 40, batch: int = BATCH) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(batches * batch, 16, generator=generator)
+    return TensorDataset(x, x[:, :4].argmax(dim=1))
+
+
+def _trainer(**kwargs: Any) -> Trainer:
+    defaults: dict[str, Any] = {
+        "accelerator": "hpu",
+        "devices": 1,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+    return Trainer(**{**defaults, **kwargs})
+
+
+class EagerModel(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = _net()
+        self.automatic_optimization = False
+        self.losses: list[float] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        optimizer = self.optimizers()
+        x, y = batch
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self(x), y)
+        loss.backward()
+        optimizer.step()
+        self.losses.append(loss.item())
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class CaptureReplayModel(EagerModel):
+    """Seed 001, 'Capture and Replay Training', written against the seam."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.g = htcore.hpu.HPUGraph()
+        self.static_input = torch.zeros(BATCH, 16)
+        self.static_target = torch.zeros(BATCH, dtype=torch.long)
+        self.static_loss: torch.Tensor | None = None
+        self.replays = 0
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        optimizer = self.optimizers()
+        data, target = batch
+        self.static_input.copy_(data)
+        self.static_target.copy_(target)
+        if batch_idx == 0 and self.current_epoch == 0:
+            optimizer.zero_grad(set_to_none=True)
+            with htcore.hpu.graph(self.g):
+                static_y_pred = self(self.static_input)
+                self.static_loss = F.cross_entropy(static_y_pred, self.static_target)
+                self.static_loss.backward()
+                optimizer.step()
+        else:
+            self.g.replay()
+            self.replays += 1
+        assert self.static_loss is not None
+        self.losses.append(self.static_loss.item())
+        return self.static_loss
+
+
+def test_capture_and_replay_training_matches_eager() -> None:
+    eager = EagerModel()
+    _trainer(max_epochs=2).fit(eager, DataLoader(_data(), batch_size=BATCH))
+    graphed = CaptureReplayModel()
+    graphed.static_input = graphed.static_input.to(graphed.device)
+    _trainer(max_epochs=2).fit(graphed, DataLoader(_data(), batch_size=BATCH))
+
+    assert graphed.replays == 79
+    assert len(graphed.losses) == len(eager.losses) == 80
+    assert graphed.losses == pytest.approx(eager.losses, rel=1e-4)
+    assert graphed.losses[-1] < graphed.losses[0]
+
+
+class CaptureReplayInference(LightningModule):
+    """Seed 001, 'Capture and Replay Inference'."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        self.g = htcore.hpu.HPUGraph()
+        self.static_input = torch.zeros(BATCH, 16)
+        self.static_target = torch.zeros(BATCH, dtype=torch.long)
+        self.static_loss: torch.Tensor | None = None
+        self.losses: list[float] = []
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.static_input.copy_(x)
+        self.static_target.copy_(y)
+        if batch_idx == 0:
+            with htcore.hpu.graph(self.g):
+                static_y_pred = self.net(self.static_input)
+                self.static_loss = F.cross_entropy(static_y_pred, self.static_target)
+        else:
+            self.g.replay()
+        assert self.static_loss is not None
+        self.losses.append(self.static_loss.item())
+
+
+def test_capture_and_replay_inference_matches_eager() -> None:
+    torch.manual_seed(0)
+    net = _net()
+    model = CaptureReplayInference(net)
+    _trainer().test(model, DataLoader(_data(10), batch_size=BATCH), verbose=False)
+    x, y = _data(10).tensors
+    with torch.no_grad():
+        expected = [F.cross_entropy(net(x[i : i + BATCH]), y[i : i + BATCH]).item() for i in range(0, len(x), BATCH)]
+    assert model.losses == pytest.approx(expected, rel=1e-5)
+
+
+def _train_eager_and(make_graphed: Any, steps: int = 12) -> tuple[list[float], list[float]]:
+    losses: list[list[float]] = []
+    for graphed in (False, True):
+        torch.manual_seed(0)
+        net = _net()
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        if graphed:
+            net = make_graphed(net)
+        x, y = _data(steps).tensors
+        run = []
+        for i in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(net(x[i * BATCH : (i + 1) * BATCH]), y[i * BATCH : (i + 1) * BATCH])
+            loss.backward()
+            optimizer.step()
+            run.append(loss.item())
+        losses.append(run)
+    return losses[0], losses[1]
+
+
+def test_make_graphed_callables_trains_like_eager() -> None:
+    eager, graphed = _train_eager_and(lambda net: htcore.hpu.make_graphed_callables(net, (torch.randn(BATCH, 16),)))
+    assert graphed == pytest.approx(eager, rel=1e-5)
+
+
+def test_module_cacher_keeps_max_graphs_and_recaptures_the_evicted_signature() -> None:
+    torch.manual_seed(0)
+    net = _net()
+    reference = _net()
+    reference.load_state_dict(net.state_dict())
+    cacher = htcore.hpu.ModuleCacher(max_graphs=2)
+    model = cacher(model=net, inplace=True)
+    assert model is net
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    shapes = [4, 8, 16, 4, 4]
+    for size in shapes:
+        x = torch.randn(size, 16)
+        y = torch.randint(0, 4, (size,))
+        for module, opt in ((net, optimizer), (reference, reference_optimizer)):
+            opt.zero_grad()
+            loss = F.cross_entropy(module(x), y)
+            loss.backward()
+            opt.step()
+        for param, expected in zip(net.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(param, expected)
+
+    assert len(cacher.model_dict) == 2
+    captured = [key[1][0][0] for key in cacher.capture_history]  # the batch size of each capture's input
+    assert captured == [4, 8, 16, 4]  # 4 was evicted by 16 and captured again; its second visit replays
+    assert [key[1][0][0] for key in cacher.eviction_history] == [4, 8]
+    assert sorted(key[1][0][0] for key in cacher.model_dict) == [4, 16]
+
+
+def test_module_cacher_runs_eager_outside_training() -> None:
+    net = _net()
+    cacher = htcore.hpu.ModuleCacher(max_graphs=2)
+    cacher(model=net, inplace=True)
+    net.eval()
+    net(torch.randn(3, 16))
+    assert len(cacher.model_dict) == 0
+    assert cacher.uncached_eval_hits == 1
+
+
+class DynamicControlFlow(LightningModule):
+    """Seed 001, 'Dynamic Control Flow': separate graphs per branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.module1 = _net()
+        self.module2 = torch.nn.Identity()
+        self.module3 = torch.nn.ReLU()
+        self.automatic_optimization = False
+        self.losses: list[float] = []
+
+    def graph_modules(self) -> None:
+        for module in (self.module1, self.module2, self.module3):
+            htcore.hpu.ModuleCacher(max_graphs=4)(model=module, inplace=True)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        optimizer = self.optimizers()
+        data, target = batch
+        optimizer.zero_grad(set_to_none=True)
+        tmp = self.module1(data)
+        tmp = self.module2(tmp) if random.random() > 0.5 else self.module3(tmp)
+        loss = F.cross_entropy(tmp, target)
+        loss.backward()
+        optimizer.step()
+        self.losses.append(loss.item())
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class DynamicOps(DynamicControlFlow):
+    """Seed 001, 'Dynamic Ops': the data-dependent op runs between two graphed modules."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        optimizer = self.optimizers()
+        data, target = batch
+        optimizer.zero_grad(set_to_none=True)
+        tmp = self.module1(data)
+        htcore.mark_step()
+        keep = torch.where(tmp.detach().amax(dim=1) > 0)[0]  # dynamic: how many rows survive depends on the data
+        htcore.mark_step()
+        tmp = self.module3(tmp[keep])
+        loss = F.cross_entropy(tmp, target[keep])
+        loss.backward()
+        optimizer.step()
+        self.losses.append(loss.item())
+        return loss
+
+
+@pytest.mark.parametrize("model_class", [DynamicControlFlow, DynamicOps])
+def test_dynamic_control_flow_and_dynamic_ops_match_eager(model_class: type[DynamicControlFlow]) -> None:
+    runs = []
+    for graphed in (False, True):
+        random.seed(0)
+        model = model_class()
+        if graphed:
+            model.graph_modules()
+        _trainer(max_epochs=1, limit_train_batches=10).fit(model, DataLoader(_data(10), batch_size=BATCH))
+        runs.append(model.losses)
+    assert runs[1] == pytest.approx(runs[0], rel=1e-5)
+
+
+def test_replaying_a_dynamic_op_is_a_clear_error() -> None:
+    g = htcore.hpu.HPUGraph()
+    static = torch.tensor([1.0, -1.0, 2.0])
+    with htcore.hpu.graph(g):
+        torch.nonzero(static > 0)
+    static.copy_(torch.tensor([1.0, 1.0, 1.0]))
+    with pytest.raises(RuntimeError, match="dynamic ops"):
+        g.replay()
+
+
+def test_captured_control_flow_is_frozen() -> None:
+    g = htcore.hpu.HPUGraph()
+    x = torch.tensor([1.0])
+    with htcore.hpu.graph(g):
+        out = x * 2 if x.item() > 0 else x * -100
+    x.fill_(-3.0)
+    g.replay()
+    assert out.item() == -6.0  # the branch taken at capture, on the new data
+
+
+class Predictor(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = _net()
+        self.forward_bodies = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.forward_bodies += 1  # Python side effect: runs at capture, not at replay
+        return self.net(x)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self(batch[0])
+
+
+def test_hpu_graphs_callback_wraps_prediction_without_code_changes() -> None:
+    data = DataLoader(_data(5, 10), batch_size=16)  # 50 rows: three batches of 16 and one of 2
+    eager_model = Predictor()
+    eager = _trainer().predict(eager_model, data)
+    graphed_model = Predictor()
+    graphed = _trainer(callbacks=[HPUGraphs()]).predict(graphed_model, data)
+    assert eager is not None and graphed is not None
+    for expected, got in zip(eager, graphed, strict=True):
+        torch.testing.assert_close(got, expected)
+    assert eager_model.forward_bodies == 4
+    assert graphed_model.forward_bodies == 2  # one capture per input shape, replays for the rest
+    assert "forward" not in graphed_model.__dict__  # restored after the stage
+
+
+def test_hpu_graphs_callback_arguments_and_compiled_models_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match=r"stages=\('fit',\)"):
+        HPUGraphs(stages=("fit",))
+    with pytest.raises(ConfigurationError, match=r"max_graphs=0"):
+        HPUGraphs(max_graphs=0)
+    compiled = torch.compile(Predictor())
+    with pytest.raises(ConfigurationError, match="cannot be combined"):
+        _trainer(callbacks=[HPUGraphs()]).predict(compiled, DataLoader(_data(1, 4), batch_size=4))
+
+
+def test_graphs_refuse_compiled_modules() -> None:
+    compiled = torch.compile(_net())
+    with pytest.raises(RuntimeError, match="cannot be combined with torch.compile"):
+        htcore.hpu.wrap_in_hpu_graph(compiled)
+    with pytest.raises(RuntimeError, match="cannot be combined with torch.compile"):
+        htcore.hpu.ModuleCacher(2)(model=compiled)
+
+
+def test_wrap_in_hpu_graph_test_matches_eager() -> None:
+    """Seed 001, 'wrap_in_hpu_graph': trainer.test on a wrapped model."""
+
+    class Tester(Predictor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.accuracies: list[float] = []
+
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            self.accuracies.append((self(x).argmax(dim=1) == y).float().mean().item())
+
+    data = DataLoader(_data(4), batch_size=BATCH)
+    eager = Tester()
+    _trainer().test(eager, data, verbose=False)
+    wrapped = htcore.hpu.wrap_in_hpu_graph(Tester(), asynchronous=False, disable_tensor_cache=True)
+    _trainer().test(wrapped, data, verbose=False)
+    assert wrapped.accuracies == eager.accuracies
+    assert wrapped.forward_bodies == 1

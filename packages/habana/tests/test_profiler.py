@@ -1,0 +1,85 @@
+"""HPUProfiler: default, custom and distributed profiling; traces are valid Chrome/TensorBoard JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+from _habana_helpers import PYTHON, SCRIPTS, digits_classifier, digits_loaders, free_port, script_env
+from lightning.pytorch import Trainer
+from lightning.pytorch.profilers import PyTorchProfiler
+from torch.profiler import ProfilerActivity
+
+from lightning_accel.habana import HPUProfiler
+from lightning_accel.habana import profiler as profiler_module
+
+
+def _trace(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    assert isinstance(data["traceEvents"], list) and data["traceEvents"], f"{path} has no trace events"
+    for event in data["traceEvents"]:
+        assert "ph" in event and "name" in event  # the fields Chrome tracing and the TensorBoard plugin need
+    return data
+
+
+def _names(data: dict[str, Any]) -> set[str]:
+    return {event["name"] for event in data["traceEvents"]}
+
+
+def test_importable_from_both_paths_and_a_pytorch_profiler() -> None:
+    assert profiler_module.HPUProfiler is HPUProfiler
+    profiler = HPUProfiler()
+    assert isinstance(profiler, PyTorchProfiler)
+    assert profiler._profiler_kwargs["activities"] == [ProfilerActivity.CPU]  # CPU backing: the backing device
+
+
+def test_default_profiling_writes_a_trace_and_summary_is_the_operator_table(tmp_path: Path) -> None:
+    profiler = HPUProfiler(dirpath=tmp_path, filename="profile")
+    train, _ = digits_loaders()
+    trainer = Trainer(
+        accelerator="hpu",
+        devices=1,
+        max_epochs=1,
+        limit_train_batches=8,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        profiler=profiler,
+    )
+    trainer.fit(digits_classifier(), train)
+    traces = sorted(tmp_path.glob("*.pt.trace.json"))
+    assert traces, list(tmp_path.iterdir())
+    names = _names(_trace(traces[0]))
+    assert any("aten::addmm" in name or "aten::linear" in name for name in names)
+    table = profiler.summary()
+    assert "Name" in table and "Self CPU" in table and "# of Calls" in table
+    assert "ProfilerStep*" in table and "aten::" in table
+
+
+def test_custom_actions_outside_the_trainer_appear_in_the_summary() -> None:
+    custom = HPUProfiler(schedule=None)  # record from the first call (the default schedule waits for steps)
+    with custom.profile("outside_trainer"):
+        torch.ones(4, 4) @ torch.ones(4, 4)
+    summary = custom.summary()
+    assert "Name" in summary and "aten::mm" in summary and "outside_trainer" in summary
+
+
+def test_distributed_profiling_writes_one_trace_per_rank_with_custom_actions(tmp_path: Path) -> None:
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    command = [PYTHON, str(SCRIPTS / "ddp_profile.py"), "--out", str(tmp_path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    traces = sorted(tmp_path.glob("*.pt.trace.json"))
+    assert len(traces) == 2, [p.name for p in tmp_path.iterdir()]
+    # fit-perf-logs-<rank>-<action>.<timestamp>.pt.trace.json: one trace per rank, named by rank
+    assert sorted(p.name.split("perf-logs-")[1].split("-")[0] for p in traces) == ["0", "1"]
+    for trace in traces:
+        names = _names(_trace(trace))
+        assert "[pl][profile]my_custom_action" in names
+        assert "[pl][profile]my_granular_action" in names
+    summaries = sorted(p.name for p in tmp_path.glob("*perf-logs*.txt"))
+    assert len(summaries) == 2
