@@ -47,3 +47,17 @@ def test_seed_examples_config_scheduler_accumulation_bf16_optimizer_activation_c
     assert result["bf16_optimizer"] == "BF16_Optimizer"
     # deepspeed.checkpointing.checkpoint recomputed the checkpointed layer in each of the 3 backward passes.
     assert result["l2_calls"] == 6
+
+
+def test_zero_3_holds_half_of_what_stage_0_holds_per_rank(tmp_path: Path) -> None:
+    run_script("zero_memory.py", str(tmp_path))
+    parameters = 256 * 1024 + 1024 + 1024 * 256 + 256
+    for rank in (0, 1):
+        result = read_json(tmp_path / f"rank{rank}.json")
+        stage_0, stage_3 = result["0"], result["3"]
+        # Stage 0: every rank holds all fp32 parameters, gradients and both AdamW moments.
+        assert (stage_0["parameters"], stage_0["gradients"]) == (4 * parameters, 4 * parameters)
+        assert 8 * parameters <= stage_0["optimizer_state"] <= 8 * parameters + 64  # + AdamW's step counters
+        # Stage 3 on two ranks: each holds its half of everything (plus a few bytes of padding).
+        for name in stage_0:
+            assert 0.5 * stage_0[name] - 64 <= stage_3[name] <= 0.51 * stage_0[name]
