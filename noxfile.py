@@ -81,6 +81,7 @@ def ipu_tests(session: nox.Session) -> None:
 def deepspeed_hpu_tests(session: nox.Session) -> None:
     """DeepSpeed on Gaudi package."""
     install_base(session, "habana", "deepspeed-hpu")
+    session.install("-e", "packages/deepspeed-hpu[tensor-parallel]")  # transformers, for tensor-parallel inference
     pytest(session, "packages/deepspeed-hpu/tests")
 
 

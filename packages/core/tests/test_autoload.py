@@ -146,3 +146,29 @@ def test_broken_plugin_only_warns(python, tmp_path) -> None:  # type: ignore[no-
     assert result_of(process) == {"strategy": "TestSingleStrategy"}
     assert "skipping plugin 'broken' of distribution 'broken-vendor' 1.2.3" in process.stderr
     assert "ModuleNotFoundError: No module named 'broken_vendor_missing'" in process.stderr
+
+
+def test_auto_accelerator_follows_a_strategy_only_plugin(python, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A second distribution that registers only a strategy, declared to run on the test plugin's accelerator.
+    site = tmp_path / "extra_site"
+    package = site / "strategy_only_plugin"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "from lightning_accel.core import Availability, PluginSpec, StrategySpec\n"
+        "def availability():\n    return Availability('emulated', 'always')\n"
+        "PLUGIN = PluginSpec(name='strategyonly', distribution='strategy-only', accelerators=(),\n"
+        "    strategies=(StrategySpec('testacc_special', 'lightning_accel_testplugin.strategies:TestSingleStrategy',\n"
+        "        accelerator='testacc'),), availability='strategy_only_plugin:availability')\n"
+    )
+    dist_info = site / "strategy_only-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: strategy-only\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text(
+        "[lightning_accel.plugins]\nstrategyonly = strategy_only_plugin:PLUGIN\n"
+    )
+    code = (
+        "import lightning as L\n"
+        "t = L.Trainer(strategy='testacc_special', logger=False)\n"
+        'print(\'RESULT{"accelerator": "%s"}\' % type(t.accelerator).__name__)\n'
+    )
+    assert result_of(python(code, env={"PYTHONPATH": str(site)})) == {"accelerator": "TestAccelerator"}

@@ -60,3 +60,12 @@ def test_listed_by_the_command_line() -> None:
     )
     plugin = next(p for p in json.loads(out.stdout)["plugins"] if p["name"] == "deepspeed_hpu")
     assert "hpu_deepspeed_stage_3" in json.dumps(plugin)
+
+
+def test_auto_accelerator_follows_the_strategy_name() -> None:
+    from lightning_accel.deepspeed_hpu import HPUDeepSpeedStrategy
+    from lightning_accel.habana import HPUAccelerator
+
+    trainer = pl.Trainer(strategy="hpu_deepspeed_stage_2", devices=1, logger=False, enable_progress_bar=False)
+    assert isinstance(trainer.accelerator, HPUAccelerator)
+    assert isinstance(trainer.strategy, HPUDeepSpeedStrategy)

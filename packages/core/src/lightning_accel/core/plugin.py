@@ -87,6 +87,9 @@ class StrategySpec:
         fabric: ``"module:Class"`` of the Fabric strategy, or ``None`` when it exists only for the Trainer.
         description: One line shown by ``lightning-accel list``.
         init_params: Keyword arguments the registry passes to the class when the name is used.
+        accelerator: The accelerator name the strategy runs on, when it is not the plugin's own (a strategy-only
+            plugin such as DeepSpeed on Gaudi names ``"hpu"``); ``accelerator="auto"`` with this strategy then picks
+            it. ``None`` means the plugin's own accelerator.
     """
 
     name: str
@@ -94,6 +97,7 @@ class StrategySpec:
     fabric: str | None = None
     description: str = ""
     init_params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    accelerator: str | None = None
 
 
 @dataclass(frozen=True)

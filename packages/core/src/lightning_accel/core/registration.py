@@ -17,7 +17,14 @@ from lightning_accel.core.discovery import DiscoveredPlugin, PluginLoadWarning, 
 from lightning_accel.core.plugin import AcceleratorSpec, import_target
 from lightning_accel.core.twins import twin_name
 
-__all__ = ["LazyClass", "VendorAccelerator", "register_tree", "registered_trees", "vendor_accelerators"]
+__all__ = [
+    "LazyClass",
+    "VendorAccelerator",
+    "register_tree",
+    "registered_trees",
+    "strategy_accelerators",
+    "vendor_accelerators",
+]
 
 
 class LazyClass:
@@ -101,6 +108,8 @@ class VendorAccelerator:
 
 
 _registered: dict[str, list[VendorAccelerator]] = {}
+# Per tree: registered strategy name -> (the accelerator it runs on, the lazily imported strategy class).
+_strategy_accelerators: dict[str, dict[str, tuple[str, LazyClass]]] = {}
 
 
 def registered_trees() -> tuple[str, ...]:
@@ -113,6 +122,11 @@ def vendor_accelerators(tree: Tree) -> list[VendorAccelerator]:
     return _registered.get(tree.module, [])
 
 
+def strategy_accelerators(tree: Tree) -> dict[str, tuple[str, LazyClass]]:
+    """Registered vendor strategy names of ``tree`` mapped to the accelerator they run on and their class."""
+    return _strategy_accelerators.get(tree.module, {})
+
+
 def _register_plugin(plugin: DiscoveredPlugin, tree: Tree, accel_registry: Any, strategy_registry: Any) -> None:
     spec = plugin.spec
     strategies: dict[str, LazyClass] = {}
@@ -122,6 +136,9 @@ def _register_plugin(plugin: DiscoveredPlugin, tree: Tree, accel_registry: Any, 
             continue
         entry = LazyClass(target, tree.flavour, plugin.distribution)
         strategies[strategy.name] = entry
+        runs_on = strategy.accelerator or (spec.accelerators[0].name if spec.accelerators else None)
+        if runs_on is not None:
+            _strategy_accelerators[tree.module][strategy.name] = (runs_on, entry)
         strategy_registry.register(
             strategy.name, entry, description=strategy.description, override=True, **dict(strategy.init_params)
         )
@@ -148,6 +165,7 @@ def register_tree(module_name: str) -> None:
     from lightning_accel.core.selection import install_selection
 
     _registered[tree.module] = []
+    _strategy_accelerators[tree.module] = {}
     accel_registry, strategy_registry = registries(tree)
     for plugin in discovered_plugins():
         if tree.flavour == "pytorch_lightning" and not plugin.spec.supports_pytorch_lightning:

@@ -29,7 +29,7 @@ from lightning_accel.core.catalogue import KnownName, known_accelerator, known_s
 from lightning_accel.core.compat import Tree, check_lightning_version, connector_class, registries
 from lightning_accel.core.discovery import DISABLE_VAR, disabled_names, discovered_plugins
 from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError
-from lightning_accel.core.registration import VendorAccelerator, vendor_accelerators
+from lightning_accel.core.registration import VendorAccelerator, strategy_accelerators, vendor_accelerators
 
 __all__ = ["install_selection", "is_wrapped"]
 
@@ -63,13 +63,13 @@ def _vendor_for(tree: Tree, accelerator: object) -> VendorAccelerator | None:
 
 
 def _vendor_for_strategy(tree: Tree, strategy: object) -> VendorAccelerator | None:
-    for vendor in vendor_accelerators(tree):
-        for name, entry in vendor.strategies.items():
-            if strategy == name:
-                return vendor
-            cls = entry.loaded_class()
-            if cls is not None and isinstance(strategy, cls):
-                return vendor
+    """The vendor accelerator a strategy (name or instance) runs on, whichever plugin registered the strategy."""
+    for name, (accelerator, entry) in strategy_accelerators(tree).items():
+        if strategy == name:
+            return _vendor_for(tree, accelerator)
+        cls = entry.loaded_class()
+        if cls is not None and isinstance(strategy, cls):
+            return _vendor_for(tree, accelerator)
     return None
 
 

@@ -21,7 +21,7 @@ _HABANA_PLUGIN = "lightning_accel.habana.plugin:PLUGIN"
 
 def _strategy(name: str, description: str, **init_params: Any) -> StrategySpec:
     # Trainer only: DeepSpeed has no Fabric strategy for HPUs here.
-    return StrategySpec(name, _STRATEGY, None, description, MappingProxyType(init_params))
+    return StrategySpec(name, _STRATEGY, None, description, MappingProxyType(init_params), accelerator="hpu")
 
 
 _STRATEGIES = (
