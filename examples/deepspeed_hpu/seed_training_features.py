@@ -106,10 +106,13 @@ def main() -> None:
         "zero_allow_untested_optimizer": True,
         "activation_checkpointing": {"partition_activations": True, "cpu_checkpointing": True},
     }
+    # Every process reads the config while building its strategy, before any barrier, so every process writes the
+    # (identical) file itself, atomically: no rank can see a missing or half-written file.
     path = os.path.join(out, "bf16_optimizer.json")
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        with open(path, "w") as handle:
-            json.dump(bf16_config, handle)
+    partial = f"{path}.{os.getpid()}"
+    with open(partial, "w") as handle:
+        json.dump(bf16_config, handle)
+    os.replace(partial, path)
     model = SampleModel(checkpointed=True)
     trainer = Trainer(
         accelerator="hpu",

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 SCRIPTS = Path(__file__).parent / "scripts"
+# The user-facing examples are the tests' scripts too, so that they cannot drift apart.
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "deepspeed_hpu"
 
 
 def free_port() -> int:
@@ -20,8 +22,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _script(name: str) -> Path:
+    example = EXAMPLES / name
+    return example if example.exists() else SCRIPTS / name
+
+
 def run_script(name: str, *args: str) -> None:
-    """Run ``scripts/name`` in a fresh interpreter on two emulated HPUs; fail with its output when it fails."""
+    """Run ``name`` (an example, else a test script) on two emulated HPUs; fail with its output when it fails."""
     env = {k: v for k, v in os.environ.items() if k not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK"}}
     env.update(
         LIGHTNING_ACCEL_EMULATE="hpu",
@@ -31,7 +38,7 @@ def run_script(name: str, *args: str) -> None:
         MASTER_PORT=str(free_port()),
     )
     done = subprocess.run(
-        [sys.executable, str(SCRIPTS / name), *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, str(_script(name)), *args], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 

@@ -7,7 +7,7 @@ from _ds_hpu_helpers import read_json, run_script
 
 
 def test_stage_3_bf16_from_a_lightning_only_script_trains_saves_resumes_converts(tmp_path: Path) -> None:
-    run_script("digits_fit.py", "--out", str(tmp_path), "--strategy", "hpu_deepspeed_stage_3", "--epochs", "3")
+    run_script("train_digits_zero3.py", "--out", str(tmp_path), "--strategy", "hpu_deepspeed_stage_3", "--epochs", "3")
     result = read_json(tmp_path / "result.json")
     assert result["strategy"] == "HPUDeepSpeedStrategy"
     assert result["precision"] == "HPUDeepSpeedPrecisionPlugin"
@@ -22,7 +22,7 @@ def test_stage_3_bf16_from_a_lightning_only_script_trains_saves_resumes_converts
 
 
 def test_tensor_parallel_prediction_equals_the_unsharded_model(tmp_path: Path) -> None:
-    run_script("tp_predict.py", "--out", str(tmp_path), "--mode", "kwargs")
+    run_script("tensor_parallel_predict.py", "--out", str(tmp_path), "--mode", "kwargs")
     for rank in (0, 1):
         result = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
         # The layers really were sliced: l0 by columns, l1 by rows with an all-reduce.
@@ -33,7 +33,7 @@ def test_tensor_parallel_prediction_equals_the_unsharded_model(tmp_path: Path) -
 
 
 def test_seed_examples_config_scheduler_accumulation_bf16_optimizer_activation_checkpointing(tmp_path: Path) -> None:
-    run_script("seed_features.py", "--out", str(tmp_path))
+    run_script("seed_training_features.py", "--out", str(tmp_path))
     result = read_json(tmp_path / "result.json")
     # WarmupDecayLR from the config drives the optimizer of configure_optimizers, stepped once per 2 batches.
     assert result["scheduler"] == "WarmupDecayLR"
