@@ -147,9 +147,10 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks; results go to benchmarks/results/."""
     # From wheels: pip byte-compiles them, as a user's install would be (the start-up numbers depend on it).
-    install_base(session, "habana", "graphcore", editable=False)
+    install_base(session, "habana", "graphcore", "deepspeed-hpu", editable=False)
     session.install("matplotlib")
     os.makedirs(ROOT / "benchmarks" / "results", exist_ok=True)
     session.run("python", "benchmarks/bench_startup.py")
     session.run("python", "benchmarks/bench_hpu_overhead.py")
     session.run("python", "benchmarks/bench_ipu_device_iterations.py")
+    session.run("python", "benchmarks/bench_zero_memory.py")
