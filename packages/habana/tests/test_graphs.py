@@ -335,9 +335,9 @@ def test_hpu_graphs_callback_arguments_and_compiled_models_are_refused() -> None
 
 def test_graphs_refuse_compiled_modules() -> None:
     compiled = torch.compile(_net())
-    with pytest.raises(RuntimeError, match="cannot be combined with torch.compile"):
+    with pytest.raises(RuntimeError, match=r"cannot be combined with torch\.compile"):
         htcore.hpu.wrap_in_hpu_graph(compiled)
-    with pytest.raises(RuntimeError, match="cannot be combined with torch.compile"):
+    with pytest.raises(RuntimeError, match=r"cannot be combined with torch\.compile"):
         htcore.hpu.ModuleCacher(2)(model=compiled)
 
 
