@@ -32,6 +32,14 @@ CASES = [
         "HPUAccelerator",
         "HPUParallelStrategy",
     ),
+    (
+        "habana",
+        "config.yaml",
+        ["--trainer.devices", "2", "--trainer.strategy", "hpu_deepspeed_stage_3", "--trainer.precision", "bf16-mixed"],
+        "hpu",
+        "HPUAccelerator",
+        "HPUDeepSpeedStrategy",
+    ),
     ("graphcore", "config.yaml", [], "ipu", "IPUAccelerator", "IPUStrategy"),
     ("graphcore", "config_device_iterations.yaml", [], "ipu", "IPUAccelerator", "IPUStrategy"),
 ]
@@ -40,7 +48,7 @@ CASES = [
 @pytest.mark.parametrize(
     ("folder", "config", "extra", "emulate", "accelerator", "strategy"),
     CASES,
-    ids=["hpu-1", "hpu-2-parallel", "ipu-8", "ipu-8-device-iterations"],
+    ids=["hpu-1", "hpu-2-parallel", "hpu-2-deepspeed-stage-3", "ipu-8", "ipu-8-device-iterations"],
 )
 def test_cli_example_fits_with_its_config(  # type: ignore[no-untyped-def]
     run, tmp_path: Path, folder: str, config: str, extra: list[str], emulate: str, accelerator: str, strategy: str
