@@ -47,6 +47,10 @@ def test_missing_sibling_distribution_names_the_extra() -> None:
     assert "testacc" in message
 
 
+@pytest.mark.skipif(
+    "hpu_deepspeed" in __import__("lightning.pytorch.strategies").pytorch.strategies.StrategyRegistry,
+    reason="lightning-accel-deepspeed-hpu is installed here (the core_tests session installs only the core)",
+)
 def test_missing_strategy_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(
         ConfigurationError, match=r"strategy='hpu_deepspeed_stage_9' is provided by lightning-accel-deepspeed-hpu"

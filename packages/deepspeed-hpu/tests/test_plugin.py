@@ -69,3 +69,13 @@ def test_auto_accelerator_follows_the_strategy_name() -> None:
     trainer = pl.Trainer(strategy="hpu_deepspeed_stage_2", devices=1, logger=False, enable_progress_bar=False)
     assert isinstance(trainer.accelerator, HPUAccelerator)
     assert isinstance(trainer.strategy, HPUDeepSpeedStrategy)
+
+
+def test_unknown_stage_name_lists_the_names_the_distribution_provides() -> None:
+    from lightning_accel.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as error:
+        pl.Trainer(accelerator="hpu", strategy="hpu_deepspeed_stage_4", logger=False)
+    message = str(error.value)
+    assert message.startswith("strategy='hpu_deepspeed_stage_4' is not a name lightning-accel-deepspeed-hpu ")
+    assert "hpu_deepspeed_stage_3_offload_nvme" in message and "`lightning-accel list`" in message

@@ -84,9 +84,16 @@ def _require_usable(tree: Tree, vendor: VendorAccelerator) -> None:
 
 
 def _missing(argument: str, value: str, known: KnownName, installed: list[str]) -> ConfigurationError:
-    installed_plugin = any(plugin.distribution == known.distribution for plugin in discovered_plugins())
-    if installed_plugin or known.plugin in disabled_names():
-        fix = f"it is installed but disabled or broken: check {DISABLE_VAR} and the warnings above"
+    plugin = next((p for p in discovered_plugins() if p.distribution == known.distribution), None)
+    if plugin is not None:
+        names = [a.name for a in plugin.spec.accelerators] if argument == "accelerator" else []
+        names = names or [s.name for s in plugin.spec.strategies]
+        return ConfigurationError(
+            f"{argument}={value!r} is not a name {known.distribution} {plugin.version} provides. Its {argument} "
+            f"names: {', '.join(sorted(names)) or '(none)'}. Run `lightning-accel list` to see every installed name."
+        )
+    if known.plugin in disabled_names():
+        fix = f"it is disabled by {DISABLE_VAR}; remove {known.plugin!r} from that variable"
     else:
         fix = f"install it with `pip install 'lightning-accel[{known.extra}]'`"
     return ConfigurationError(
