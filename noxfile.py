@@ -135,12 +135,10 @@ def build(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def demo(session: nox.Session) -> None:
-    """The main job: train the digits classifier on the emulated HPU (1 and 2 devices) and IPU (device iterations)."""
+    """The main job: digits on the emulated HPU (1 and 2 devices) and IPU (device iterations); loss curves + summary."""
     install_base(session, "habana", "graphcore")
-    env = {"LIGHTNING_ACCEL_EMULATE": "hpu,ipu"}
-    for devices in ("1", "2"):
-        session.run("python", "examples/habana/train_digits.py", "--devices", devices, env=env)
-    session.run("python", "examples/graphcore/train_digits.py", "--devices", "8", "--device-iterations", "4", env=env)
+    session.install("matplotlib")
+    session.run("python", "examples/demo.py", "--output", "demo_output", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
