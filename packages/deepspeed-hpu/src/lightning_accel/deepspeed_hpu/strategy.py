@@ -21,10 +21,15 @@ from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.habana import sdk
+from lightning_accel.habana.distributed import (
+    HCCLEnvironment,
+    MarkStepAfterUpdates,
+    MarkStepAroundEvaluation,
+    all_reduce,
+    parallel_root_device,
+)
 
 from . import config as ds_config
-from ._graphs import MarkStepBoundaries
-from ._hccl import HCCLEnvironment
 from ._runtime import check_deepspeed_accelerator, prepare_deepspeed_import, skip_cpu_shm_op
 from .inference import InferenceSettings, TensorParallelGroups, split_inference_config
 from .optimizers import check_client_optimizer, check_config_optimizer
@@ -57,7 +62,7 @@ _CONFIG_ARGUMENT_DEFAULTS: dict[str, Any] = {
 }
 
 
-class HPUDeepSpeedStrategy(MarkStepBoundaries, DeepSpeedStrategy):
+class HPUDeepSpeedStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepSpeedStrategy):
     """DeepSpeed (ZeRO 1/2/3, offload, bf16, activation checkpointing, inference) on HPUs.
 
     A subclass of Lightning's :class:`~lightning.pytorch.strategies.DeepSpeedStrategy`, so Lightning's own DeepSpeed
@@ -241,11 +246,7 @@ class HPUDeepSpeedStrategy(MarkStepBoundaries, DeepSpeedStrategy):
     @override
     def root_device(self) -> torch.device:
         """This process's HPU: ``parallel_devices[local_rank]``, mapped to its backing device under emulation."""
-        assert self.parallel_devices is not None
-        given = self.parallel_devices[self.local_rank]
-        if given.type == sdk.DEVICE_TYPE and given.index is None:
-            given = torch.device(sdk.DEVICE_TYPE, self.local_rank)
-        return sdk.to_device(given)
+        return parallel_root_device(self.parallel_devices, self.local_rank)
 
     @override
     def setup_environment(self) -> None:
@@ -286,8 +287,6 @@ class HPUDeepSpeedStrategy(MarkStepBoundaries, DeepSpeedStrategy):
     @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
         """All-reduce a tensor (sum, mean, min, max); HCCL has no AVG, so the mean is sum / world size."""
-        from .collectives import all_reduce
-
         return all_reduce(tensor, group=group, reduce_op=reduce_op)
 
     # --- precision -------------------------------------------------------------------------------------------------

@@ -21,6 +21,10 @@ def resolve_reduce_op(reduce_op: Any) -> tuple[Any, bool]:
     ``None`` means sum, as for ``torch.distributed.all_reduce``. HCCL has no average, so the mean is a sum followed by
     a division.
 
+    Args:
+        reduce_op: ``"sum"``, ``"mean"`` (or ``"avg"``), ``"min"``, ``"max"`` (any case), the matching
+            ``torch.distributed.ReduceOp``, or ``None``.
+
     Raises:
         ConfigurationError: For any other operation.
     """
@@ -39,6 +43,11 @@ def resolve_reduce_op(reduce_op: Any) -> tuple[Any, bool]:
 
 def all_reduce(tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
     """Reduce ``tensor`` over all processes in place and return it; non-tensors and single processes pass through.
+
+    Args:
+        tensor: The tensor to reduce; anything else is returned unchanged.
+        group: The process group; the whole world when ``None``.
+        reduce_op: As for :func:`resolve_reduce_op`. Integer means are rounded down.
 
     Raises:
         ConfigurationError: When ``reduce_op`` is not one of sum, mean, min or max.

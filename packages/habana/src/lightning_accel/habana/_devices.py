@@ -1,16 +1,31 @@
-"""Device parsing and queries shared by the Trainer and Fabric accelerators."""
+"""Device parsing, queries and root-device mapping shared by the Trainer and Fabric accelerators and strategies.
+
+It imports no Lightning on purpose: the classes of both trees (and their ``pytorch_lightning`` twins) delegate to
+it, so each piece of logic is written once.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from lightning_accel.core.emulation import EmulationSettings, emulation_settings
 from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError
 
 from . import sdk
 
-__all__ = ["device_count", "device_name", "hpu_available", "parallel_devices", "parse_devices"]
+__all__ = [
+    "RootDevice",
+    "check_and_set_device",
+    "device_count",
+    "device_name",
+    "hpu_available",
+    "parallel_devices",
+    "parallel_root_device",
+    "parse_devices",
+]
 
 _ACCEPTED = (
     "Accepted: a positive int (e.g. devices=2), -1 for every visible HPU, the same as a string (e.g. '2'), or 'auto'. "
@@ -79,3 +94,65 @@ def parallel_devices(devices: Any) -> list[torch.device]:
     """The devices of ``devices`` HPUs (a count, or anything :func:`parse_devices` accepts)."""
     count = devices if isinstance(devices, int) and not isinstance(devices, bool) else parse_devices(devices)
     return [sdk.device(index) for index in range(count)]
+
+
+def check_and_set_device(device: torch.device) -> None:
+    """Check that ``device`` holds HPU tensors and make it the current HPU (the accelerators' ``setup_device``).
+
+    Raises:
+        ConfigurationError: When ``device`` is not an HPU.
+    """
+    expected = sdk.device_type()
+    if device.type != expected:
+        raise ConfigurationError(
+            f"HPUAccelerator got device={device!r}, but HPU tensors live on {expected!r} devices here. Use an HPU "
+            "strategy (SingleHPUStrategy, HPUParallelStrategy) or accelerator='cpu' / 'cuda' for other devices."
+        )
+    if device.index is not None:
+        sdk.hpu_module().set_device(device.index)
+
+
+class RootDevice:
+    """The device tensors of a single-device strategy's HPU live on: the HPU, or the device backing it under emulation.
+
+    Strategies read their root device on every batch transfer, so the mapping is done once per given device and
+    emulation setting (one instance per strategy).
+    """
+
+    __slots__ = ("_device", "_key")
+
+    def __init__(self) -> None:
+        self._key: tuple[torch.device | str, EmulationSettings] | None = None
+        self._device: torch.device | None = None
+
+    def of(self, device: torch.device | str) -> torch.device:
+        """The device ``device`` (an HPU, or the device backing HPUs) maps to.
+
+        Raises:
+            ConfigurationError: When ``device`` is neither an HPU nor the device HPU tensors live on.
+        """
+        key = (device, emulation_settings())
+        if self._key != key or self._device is None:
+            self._device = sdk.to_device(device)
+            self._key = key
+        return self._device
+
+
+def parallel_root_device(parallel_devices: Sequence[torch.device] | None, local_rank: int) -> torch.device:
+    """The device of this process's HPU in a data-parallel strategy.
+
+    ``parallel_devices[local_rank]``; an HPU without an index (``torch.device("hpu")``, as users write it) becomes
+    the HPU of this local rank. Under emulation the result is the device backing that HPU.
+
+    Args:
+        parallel_devices: The devices of this node, one per local rank (the strategy's ``parallel_devices``).
+        local_rank: This process's rank on its node.
+
+    Raises:
+        ConfigurationError: When the device is neither an HPU nor the device HPU tensors live on.
+    """
+    assert parallel_devices is not None
+    given = parallel_devices[local_rank]
+    if given.type == sdk.DEVICE_TYPE and given.index is None:
+        given = torch.device(sdk.DEVICE_TYPE, local_rank)
+    return sdk.to_device(given)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from torch.utils._pytree import tree_map
@@ -18,10 +18,12 @@ from ._op_lists import read_operator_list
 
 __all__ = [
     "PRECISIONS",
+    "HPUPrecisionHooks",
     "PrecisionLiteral",
     "PrecisionSettings",
     "convert_floats",
     "default_dtype",
+    "from_lightning_plugin",
     "normalize_precision",
 ]
 
@@ -31,6 +33,10 @@ PRECISIONS: tuple[str, ...] = ("bf16-mixed", "16-mixed", "32-true", "bf16-true")
 _ALIASES: dict[Any, str] = {16: "16-mixed", "16": "16-mixed", "bf16": "bf16-mixed", 32: "32-true", "32": "32-true"}
 _OPT_LEVELS = ("O1", "O2")
 _ACCEPTED = "'bf16-mixed', '16-mixed', '32-true', 'bf16-true' (or Lightning's 16, '16', 'bf16', 32, '32')"
+# Lightning's connectors build these from precision=...; they know nothing of HPUs, so the strategies translate them.
+_GENERIC = ("Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision")
+
+_Plugin = TypeVar("_Plugin")
 
 
 def normalize_precision(precision: Any) -> str:
@@ -158,3 +164,72 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
 def convert_floats(data: Any, dtype: torch.dtype) -> Any:
     """``data`` with every floating-point tensor converted to ``dtype`` (other values untouched)."""
     return tree_map(lambda v: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v, data)
+
+
+class HPUPrecisionHooks:
+    """Mixin: the precision hooks the Trainer and Fabric HPU plugins share, driven by their ``_settings``.
+
+    Lightning-free, so that one copy serves both trees; the plugins add what differs (the optimizer step's signature,
+    Fabric's ``convert_output``).
+    """
+
+    _settings: PrecisionSettings
+
+    def forward_context(self) -> AbstractContextManager[Any]:
+        """Per-operator casting for the forward pass and the steps (bfloat16 default dtype for ``"bf16-true"``)."""
+        return self._settings.cast_context()
+
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """bfloat16 weights for ``"bf16-true"``; the module unchanged otherwise."""
+        return module.to(dtype=torch.bfloat16) if self._true_bf16 else module
+
+    def tensor_init_context(self) -> AbstractContextManager[Any]:
+        """Create floating-point tensors in bfloat16 for ``"bf16-true"``."""
+        return default_dtype(torch.bfloat16) if self._true_bf16 else nullcontext()
+
+    def module_init_context(self) -> AbstractContextManager[Any]:
+        """Create module parameters in bfloat16 for ``"bf16-true"``."""
+        return self.tensor_init_context()
+
+    def convert_input(self, data: Any) -> Any:
+        """Floating-point inputs in bfloat16 for ``"bf16-true"``; unchanged otherwise."""
+        return convert_floats(data, torch.bfloat16) if self._true_bf16 else data
+
+    @property
+    def _true_bf16(self) -> bool:
+        # Read from the plugin's own ``precision`` (as Lightning's plugins do), not the settings it was built with.
+        return getattr(self, "precision", None) == "bf16-true"
+
+
+def from_lightning_plugin(
+    plugin: _Plugin,
+    hpu_class: type[Any],
+    create: Callable[[str], _Plugin],
+    lightning_modules: tuple[str, ...],
+) -> _Plugin:
+    """The HPU plugin for a precision plugin a strategy was given (the HPU plugins' ``from_lightning``).
+
+    An HPU plugin and a user's own plugin are kept; Lightning's generic plugins, built from ``precision=``, become
+    ``create(precision)``; Lightning's device-specific plugins are refused.
+
+    Args:
+        plugin: The plugin given.
+        hpu_class: The HPU plugin class of the tree (named in the error message).
+        create: Builds the HPU plugin from a canonical precision string.
+        lightning_modules: Module prefixes of the tree's Lightning packages (e.g. ``("lightning.",
+            "pytorch_lightning.")``).
+
+    Raises:
+        ConfigurationError: For a Lightning plugin that cannot run on HPUs.
+    """
+    if isinstance(plugin, hpu_class):
+        return plugin
+    if type(plugin).__name__ in _GENERIC:
+        return create(normalize_precision(getattr(plugin, "precision", "32-true")))
+    # A user's own subclass is their business; Lightning's device-specific plugins are not.
+    if type(plugin).__module__.startswith(lightning_modules):
+        raise ConfigurationError(
+            f"The precision plugin {type(plugin).__name__} cannot run on HPUs. Accepted: precision='bf16-mixed', "
+            f"'16-mixed', '32-true' or 'bf16-true', or plugins=[{hpu_class.__name__}(...)]."
+        )
+    return plugin

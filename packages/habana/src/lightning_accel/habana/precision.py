@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 from lightning.pytorch.plugins.precision import Precision
 from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
 
-from ._precision_settings import PrecisionSettings, convert_floats, default_dtype, normalize_precision
+from ._precision_settings import HPUPrecisionHooks, PrecisionSettings, from_lightning_plugin
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -22,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["HPUPrecisionPlugin"]
 
 
-class HPUPrecisionPlugin(Precision):
+class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
     """Mixed or true precision on HPUs (``Trainer(accelerator="hpu", precision="bf16-mixed")`` picks it for you).
 
     With a mixed precision, each operation of the forward pass and the steps runs in the precision its operator
@@ -84,11 +82,6 @@ class HPUPrecisionPlugin(Precision):
         return self._settings.fp32_ops
 
     @override
-    def forward_context(self) -> AbstractContextManager[Any]:
-        """Per-operator casting for the forward pass and the steps (bfloat16 default dtype for ``"bf16-true"``)."""
-        return self._settings.cast_context()
-
-    @override
     def optimizer_step(  # type: ignore[override]
         self,
         optimizer: Steppable,
@@ -100,28 +93,6 @@ class HPUPrecisionPlugin(Precision):
         with self._settings.no_cast_context():
             return super().optimizer_step(optimizer, model, closure, **kwargs)
 
-    @override
-    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """bfloat16 weights for ``"bf16-true"``; the module unchanged otherwise."""
-        if self.precision == "bf16-true":
-            return module.to(dtype=torch.bfloat16)
-        return module
-
-    @override
-    def tensor_init_context(self) -> AbstractContextManager[Any]:
-        """Create floating-point tensors in bfloat16 for ``"bf16-true"``."""
-        return default_dtype(torch.bfloat16) if self.precision == "bf16-true" else nullcontext()
-
-    @override
-    def module_init_context(self) -> AbstractContextManager[Any]:
-        """Create module parameters in bfloat16 for ``"bf16-true"``."""
-        return self.tensor_init_context()
-
-    @override
-    def convert_input(self, data: Any) -> Any:
-        """Floating-point inputs in bfloat16 for ``"bf16-true"``; unchanged otherwise."""
-        return convert_floats(data, torch.bfloat16) if self.precision == "bf16-true" else data
-
     @classmethod
     def from_lightning(cls, plugin: Precision) -> Precision:
         """The HPU plugin for a generic plugin Lightning built from ``precision=`` (used by the HPU strategies).
@@ -129,22 +100,4 @@ class HPUPrecisionPlugin(Precision):
         Raises:
             ConfigurationError: For a plugin that cannot run on HPUs.
         """
-        if isinstance(plugin, HPUPrecisionPlugin) or type(plugin).__name__ not in _GENERIC:
-            return _check_foreign(plugin)
-        return cls(normalize_precision(getattr(plugin, "precision", "32-true")))
-
-
-# Lightning's connector builds these from precision=...; they know nothing of HPUs, so the strategies translate them.
-_GENERIC = ("Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision")
-
-
-def _check_foreign(plugin: Precision) -> Precision:
-    if isinstance(plugin, HPUPrecisionPlugin):
-        return plugin
-    # A user's own subclass is their business; Lightning's device-specific plugins are not.
-    if type(plugin).__module__.startswith(("lightning.", "pytorch_lightning.")):
-        raise ConfigurationError(
-            f"The precision plugin {type(plugin).__name__} cannot run on HPUs. Accepted: precision='bf16-mixed', "
-            "'16-mixed', '32-true' or 'bf16-true', or plugins=[HPUPrecisionPlugin(...)]."
-        )
-    return plugin
+        return from_lightning_plugin(plugin, HPUPrecisionPlugin, cls, ("lightning.", "pytorch_lightning."))

@@ -8,8 +8,6 @@ import torch
 from lightning.fabric.accelerators import Accelerator
 from typing_extensions import override
 
-from lightning_accel.core.errors import ConfigurationError
-
 from .. import _devices, sdk
 
 if TYPE_CHECKING:
@@ -41,14 +39,7 @@ class HPUAccelerator(Accelerator):
         Raises:
             ConfigurationError: When ``device`` is not an HPU.
         """
-        expected = sdk.device_type()
-        if device.type != expected:
-            raise ConfigurationError(
-                f"HPUAccelerator got device={device!r}, but HPU tensors live on {expected!r} devices here. Use an HPU "
-                "strategy (SingleHPUStrategy, HPUParallelStrategy) or accelerator='cpu' / 'cuda' for other devices."
-            )
-        if device.index is not None:
-            sdk.hpu_module().set_device(device.index)
+        _devices.check_and_set_device(device)
 
     @override
     def teardown(self) -> None:

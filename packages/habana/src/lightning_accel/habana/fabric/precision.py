@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -10,16 +9,12 @@ import torch
 from lightning.fabric.plugins import Precision
 from typing_extensions import override
 
-from lightning_accel.core.errors import ConfigurationError
-
-from .._precision_settings import PrecisionSettings, convert_floats, default_dtype, normalize_precision
+from .._precision_settings import HPUPrecisionHooks, PrecisionSettings, convert_floats, from_lightning_plugin
 
 __all__ = ["HPUPrecision"]
 
-_GENERIC = ("Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision")
 
-
-class HPUPrecision(Precision):
+class HPUPrecision(HPUPrecisionHooks, Precision):
     """Mixed or true precision on HPUs for Fabric (``Fabric(accelerator="hpu", precision="bf16-mixed")`` picks it).
 
     The arguments and behaviour are those of :class:`~lightning_accel.habana.HPUPrecisionPlugin`: per-operator
@@ -46,35 +41,10 @@ class HPUPrecision(Precision):
         self.verbose = verbose
 
     @override
-    def forward_context(self) -> AbstractContextManager[Any]:
-        """Per-operator casting (bfloat16 default dtype for ``"bf16-true"``)."""
-        return self._settings.cast_context()
-
-    @override
     def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:
         """Run the optimizer step with casting switched off."""
         with self._settings.no_cast_context():
             return super().optimizer_step(optimizer, **kwargs)
-
-    @override
-    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """bfloat16 weights for ``"bf16-true"``."""
-        return module.to(dtype=torch.bfloat16) if self.precision == "bf16-true" else module
-
-    @override
-    def tensor_init_context(self) -> AbstractContextManager[Any]:
-        """Create floating-point tensors in bfloat16 for ``"bf16-true"``."""
-        return default_dtype(torch.bfloat16) if self.precision == "bf16-true" else nullcontext()
-
-    @override
-    def module_init_context(self) -> AbstractContextManager[Any]:
-        """Create module parameters in bfloat16 for ``"bf16-true"``."""
-        return self.tensor_init_context()
-
-    @override
-    def convert_input(self, data: Any) -> Any:
-        """Floating-point inputs in bfloat16 for ``"bf16-true"``."""
-        return convert_floats(data, torch.bfloat16) if self.precision == "bf16-true" else data
 
     @override
     def convert_output(self, data: Any) -> Any:
@@ -88,13 +58,4 @@ class HPUPrecision(Precision):
         Raises:
             ConfigurationError: For a Lightning plugin that cannot run on HPUs.
         """
-        if isinstance(plugin, HPUPrecision):
-            return plugin
-        if type(plugin).__name__ in _GENERIC:
-            return cls(normalize_precision(getattr(plugin, "precision", "32-true")))
-        if type(plugin).__module__.startswith(("lightning.", "lightning_fabric.")):
-            raise ConfigurationError(
-                f"The precision plugin {type(plugin).__name__} cannot run on HPUs. Accepted: precision='bf16-mixed', "
-                "'16-mixed', '32-true' or 'bf16-true', or plugins=[HPUPrecision(...)]."
-            )
-        return plugin
+        return from_lightning_plugin(plugin, HPUPrecision, cls, ("lightning.", "lightning_fabric."))

@@ -10,13 +10,12 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from typing_extensions import override
 
-from lightning_accel.core.emulation import emulation_settings
-
 from .. import sdk
 from .._collectives import all_reduce
-from .._env import initialize_hccl, restore_environment
+from .._devices import RootDevice, parallel_root_device
+from .._distributed_env import HCCLEnvironment
 from .._lazy import MarkStepAfterUpdates
-from ..checkpoint_io import HPUCheckpointIO
+from .._strategy_defaults import HPUCheckpointIODefault
 from .precision import HPUPrecision
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ class _HPUPrecisionSetter:
         self._precision = None if precision is None else HPUPrecision.from_lightning(precision)
 
 
-class SingleHPUStrategy(_HPUPrecisionSetter, MarkStepAfterUpdates, SingleDeviceStrategy):
+class SingleHPUStrategy(_HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, SingleDeviceStrategy):
     """Fabric strategy for one HPU (``strategy="hpu_single"``); closes the lazy graph after backward and step.
 
     Example:
@@ -62,29 +61,14 @@ class SingleHPUStrategy(_HPUPrecisionSetter, MarkStepAfterUpdates, SingleDeviceS
         precision: Precision | None = None,
     ) -> None:
         given = torch.device("hpu", device) if isinstance(device, int) and not isinstance(device, bool) else device
+        self._mapped_root = RootDevice()
         super().__init__(device=given, accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
 
     @property
     @override
     def root_device(self) -> torch.device:
         """The device tensors live on: the HPU, or the device backing it under emulation."""
-        # Read on every batch transfer: map once per given device and emulation setting.
-        key = (self._root_device, emulation_settings())
-        if getattr(self, "_mapped_root", (None, None))[0] != key:
-            self._mapped_root = (key, sdk.to_device(self._root_device))
-        return self._mapped_root[1]
-
-    @property
-    @override
-    def checkpoint_io(self) -> CheckpointIO:
-        """The checkpoint I/O; :class:`HPUCheckpointIO` unless another was given."""
-        if self._checkpoint_io is None:
-            self._checkpoint_io = HPUCheckpointIO()
-        return self._checkpoint_io
-
-    @checkpoint_io.setter
-    def checkpoint_io(self, io: CheckpointIO | None) -> None:
-        self._checkpoint_io = io
+        return self._mapped_root.of(self._root_device)
 
     @classmethod
     @override
@@ -93,7 +77,7 @@ class SingleHPUStrategy(_HPUPrecisionSetter, MarkStepAfterUpdates, SingleDeviceS
         strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)
 
 
-class HPUParallelStrategy(_HPUPrecisionSetter, MarkStepAfterUpdates, DDPStrategy):
+class HPUParallelStrategy(_HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, DDPStrategy):
     """Fabric data parallel over HCCL (``strategy="hpu_parallel"``, also ``"hpu_ddp"``).
 
     ``fabric.all_reduce`` supports sum, mean, min and max.
@@ -131,34 +115,18 @@ class HPUParallelStrategy(_HPUPrecisionSetter, MarkStepAfterUpdates, DDPStrategy
             start_method=start_method,
             **kwargs,
         )
-        self._saved_environment: dict[str, str | None] | None = None
+        self._hccl = HCCLEnvironment()
 
     @property
     @override
     def root_device(self) -> torch.device:
         """The device of this process's HPU, mapped to its backing under emulation."""
-        assert self.parallel_devices is not None
-        given = self.parallel_devices[self.local_rank]
-        if given.type == sdk.DEVICE_TYPE and given.index is None:
-            given = torch.device(sdk.DEVICE_TYPE, self.local_rank)
-        return sdk.to_device(given)
-
-    @property
-    @override
-    def checkpoint_io(self) -> CheckpointIO:
-        """The checkpoint I/O; :class:`HPUCheckpointIO` unless another was given."""
-        if self._checkpoint_io is None:
-            self._checkpoint_io = HPUCheckpointIO()
-        return self._checkpoint_io
-
-    @checkpoint_io.setter
-    def checkpoint_io(self, io: CheckpointIO | None) -> None:
-        self._checkpoint_io = io
+        return parallel_root_device(self.parallel_devices, self.local_rank)
 
     @override
     def setup_environment(self) -> None:
         """Register ``"hccl"`` and set up this rank's HPU environment before joining the process group."""
-        self._saved_environment = initialize_hccl(self.world_size, self.global_rank, self.local_rank)
+        self._hccl.initialize(self.world_size, self.global_rank, self.local_rank)
         super().setup_environment()
 
     @override
@@ -179,9 +147,7 @@ class HPUParallelStrategy(_HPUPrecisionSetter, MarkStepAfterUpdates, DDPStrategy
     def teardown(self) -> None:
         """Tear down DDP and undo the environment variables the HPU set-up wrote."""
         super().teardown()
-        if self._saved_environment is not None:
-            restore_environment(self._saved_environment)
-            self._saved_environment = None
+        self._hccl.restore()
 
     @classmethod
     @override

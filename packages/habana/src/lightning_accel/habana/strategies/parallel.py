@@ -13,9 +13,10 @@ from typing_extensions import override
 
 from .. import sdk
 from .._collectives import all_reduce
-from .._env import initialize_hccl, restore_environment
+from .._devices import parallel_root_device
+from .._distributed_env import HCCLEnvironment
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
-from ..checkpoint_io import HPUCheckpointIO
+from .._strategy_defaults import HPUCheckpointIODefault
 from ._precision import HPUPrecisionSetter
 
 if TYPE_CHECKING:
@@ -26,7 +27,9 @@ if TYPE_CHECKING:
 __all__ = ["HPUParallelStrategy"]
 
 
-class HPUParallelStrategy(HPUPrecisionSetter, MarkStepAfterUpdates, MarkStepAroundEvaluation, DDPStrategy):
+class HPUParallelStrategy(
+    HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, MarkStepAroundEvaluation, DDPStrategy
+):
     """Distributed data parallel over HCCL (``strategy="hpu_parallel"``, also ``"hpu_ddp"``).
 
     One process per HPU; several nodes through ``num_nodes`` and Lightning's cluster environments (the variables
@@ -87,29 +90,13 @@ class HPUParallelStrategy(HPUPrecisionSetter, MarkStepAfterUpdates, MarkStepArou
             start_method=start_method,
             **kwargs,
         )
-        self._saved_environment: dict[str, str | None] | None = None
+        self._hccl = HCCLEnvironment()
 
     @property
     @override
     def root_device(self) -> torch.device:
         """The device of this process's HPU: ``parallel_devices[local_rank]``, mapped to its backing under emulation."""
-        assert self.parallel_devices is not None
-        given = self.parallel_devices[self.local_rank]
-        if given.type == sdk.DEVICE_TYPE and given.index is None:
-            given = torch.device(sdk.DEVICE_TYPE, self.local_rank)
-        return sdk.to_device(given)
-
-    @property
-    @override
-    def checkpoint_io(self) -> CheckpointIO:
-        """The checkpoint I/O; :class:`HPUCheckpointIO` unless another was given."""
-        if self._checkpoint_io is None:
-            self._checkpoint_io = HPUCheckpointIO()
-        return self._checkpoint_io
-
-    @checkpoint_io.setter
-    def checkpoint_io(self, io: CheckpointIO | None) -> None:
-        self._checkpoint_io = io
+        return parallel_root_device(self.parallel_devices, self.local_rank)
 
     @override
     def determine_ddp_device_ids(self) -> list[int] | None:
@@ -120,7 +107,7 @@ class HPUParallelStrategy(HPUPrecisionSetter, MarkStepAfterUpdates, MarkStepArou
     def setup_distributed(self) -> None:
         """Register ``"hccl"``, set up the HPU environment of this rank, then join the process group."""
         self.set_world_ranks()
-        self._saved_environment = initialize_hccl(self.world_size, self.global_rank, self.local_rank)
+        self._hccl.initialize(self.world_size, self.global_rank, self.local_rank)
         super().setup_distributed()
 
     @override
@@ -136,9 +123,7 @@ class HPUParallelStrategy(HPUPrecisionSetter, MarkStepAfterUpdates, MarkStepArou
     def teardown(self) -> None:
         """Tear down DDP and undo the environment variables the HPU set-up wrote."""
         super().teardown()
-        if self._saved_environment is not None:
-            restore_environment(self._saved_environment)
-            self._saved_environment = None
+        self._hccl.restore()
 
     @classmethod
     @override

@@ -8,11 +8,9 @@ import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
-from lightning_accel.core.emulation import emulation_settings
-
-from .. import sdk
+from .._devices import RootDevice
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
-from ..checkpoint_io import HPUCheckpointIO
+from .._strategy_defaults import HPUCheckpointIODefault
 from ._precision import HPUPrecisionSetter
 
 if TYPE_CHECKING:
@@ -23,7 +21,9 @@ if TYPE_CHECKING:
 __all__ = ["SingleHPUStrategy"]
 
 
-class SingleHPUStrategy(HPUPrecisionSetter, MarkStepAfterUpdates, MarkStepAroundEvaluation, SingleDeviceStrategy):
+class SingleHPUStrategy(
+    HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, MarkStepAroundEvaluation, SingleDeviceStrategy
+):
     """Train on one HPU (``strategy="hpu_single"``).
 
     In lazy mode it closes the HPU graph after the backward pass, after the optimizer step and around each evaluation
@@ -53,6 +53,7 @@ class SingleHPUStrategy(HPUPrecisionSetter, MarkStepAfterUpdates, MarkStepAround
         precision_plugin: Precision | None = None,
     ) -> None:
         given = torch.device("hpu", device) if isinstance(device, int) and not isinstance(device, bool) else device
+        self._mapped_root = RootDevice()
         super().__init__(
             device=given, accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin
         )
@@ -61,23 +62,7 @@ class SingleHPUStrategy(HPUPrecisionSetter, MarkStepAfterUpdates, MarkStepAround
     @override
     def root_device(self) -> torch.device:
         """The device tensors live on: the HPU, or the device backing it under emulation."""
-        # Read on every batch transfer: map once per given device and emulation setting.
-        key = (self._root_device, emulation_settings())
-        if getattr(self, "_mapped_root", (None, None))[0] != key:
-            self._mapped_root = (key, sdk.to_device(self._root_device))
-        return self._mapped_root[1]
-
-    @property
-    @override
-    def checkpoint_io(self) -> CheckpointIO:
-        """The checkpoint I/O; :class:`HPUCheckpointIO` unless another was given."""
-        if self._checkpoint_io is None:
-            self._checkpoint_io = HPUCheckpointIO()
-        return self._checkpoint_io
-
-    @checkpoint_io.setter
-    def checkpoint_io(self, io: CheckpointIO | None) -> None:
-        self._checkpoint_io = io
+        return self._mapped_root.of(self._root_device)
 
     @classmethod
     @override
