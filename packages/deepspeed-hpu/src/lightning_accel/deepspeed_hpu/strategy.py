@@ -394,6 +394,31 @@ class HPUDeepSpeedStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepS
         self.model = engine
 
     @override
+    def _set_deepspeed_activation_checkpointing(self) -> None:
+        import deepspeed
+
+        assert isinstance(self.config, dict)
+        checkpoint_config = self.config.get("activation_checkpointing")
+        if not checkpoint_config:
+            return
+        in_cpu = bool(checkpoint_config.get("cpu_checkpointing"))
+        if in_cpu and self.root_device.type == "cpu":
+            # The activations already live in host memory. DeepSpeed's "copy to the host" is then the same tensor,
+            # whose storage it frees right after, so the recomputation would read an empty tensor.
+            rank_zero_info(
+                "HPUDeepSpeedStrategy: cpu_checkpointing has nothing to move, the device is the host CPU; "
+                "checkpointed activations stay where they are."
+            )
+            in_cpu = False
+        deepspeed.checkpointing.configure(
+            mpu_=None,
+            partition_activations=checkpoint_config.get("partition_activations"),
+            contiguous_checkpointing=checkpoint_config.get("contiguous_memory_optimization"),
+            checkpoint_in_cpu=in_cpu,
+            profile=checkpoint_config.get("profile"),
+        )
+
+    @override
     def _setup_model_and_optimizer(
         self, model: Module, optimizer: Optimizer | None, lr_scheduler: Any | None = None
     ) -> tuple[deepspeed.DeepSpeedEngine, Optimizer]:
