@@ -23,9 +23,10 @@ def twin_name(module_name: str) -> str:
 
 
 class _TwinLoader(importlib.abc.Loader):
-    def __init__(self, original: str, origin: str | None) -> None:
+    def __init__(self, original: str, origin: str | None, is_package: bool) -> None:
         self._original = original
         self._origin = origin
+        self._is_package = is_package
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return None
@@ -33,9 +34,10 @@ class _TwinLoader(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         if self._origin is None:  # the twin root or a namespace package: nothing to run
             return
-        if not depends_on_lightning(self._original):
+        if not self._is_package and not depends_on_lightning(self._original):
             # Nothing tree-specific inside: the twin is the original, so module state exists once. The import
-            # system returns whatever sits in sys.modules after exec_module.
+            # system returns whatever sits in sys.modules after exec_module. Packages are always copied: importing
+            # a twin submodule sets an attribute on its parent, which must never be the original package.
             sys.modules[module.__name__] = importlib.import_module(self._original)
             return
         module.__file__ = self._origin
@@ -48,7 +50,7 @@ class _TwinFinder(importlib.abc.MetaPathFinder):
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname == TWIN_ROOT:
-            return importlib.machinery.ModuleSpec(fullname, _TwinLoader("", None), is_package=True)
+            return importlib.machinery.ModuleSpec(fullname, _TwinLoader("", None, True), is_package=True)
         if not fullname.startswith(TWIN_ROOT + "."):
             return None
         original = fullname[len(TWIN_ROOT) + 1 :]
@@ -57,7 +59,9 @@ class _TwinFinder(importlib.abc.MetaPathFinder):
             return None
         is_package = original_spec.submodule_search_locations is not None
         origin = original_spec.origin if original_spec.has_location else None
-        spec = importlib.machinery.ModuleSpec(fullname, _TwinLoader(original, origin), is_package=is_package)
+        spec = importlib.machinery.ModuleSpec(
+            fullname, _TwinLoader(original, origin, is_package), is_package=is_package
+        )
         if is_package:
             # Children are found by this finder, never on disk under the twin name.
             spec.submodule_search_locations = []

@@ -41,10 +41,32 @@ def rewrite_imports(source: str) -> str:
     return _IMPORT.sub(_rename, source)
 
 
+def _is_type_checking_block(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    # Imports under `if TYPE_CHECKING:` never run, so they make no runtime dependency (lazy package __init__ files
+    # import their public classes there for type checkers only).
+    nodes: list[ast.AST] = []
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        nodes.append(node)
+        children = node.orelse if _is_type_checking_block(node) else list(ast.iter_child_nodes(node))  # type: ignore[attr-defined]
+        pending.extend(children)
+    return nodes
+
+
 def _imported_modules(tree: ast.Module, module_name: str, is_package: bool) -> list[str]:
     package = module_name if is_package else module_name.rpartition(".")[0]
     found: list[str] = []
-    for node in ast.walk(tree):
+    for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             found.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
