@@ -13,10 +13,10 @@ Example:
     >>> trainer = Trainer(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(), devices=1)  # doctest: +SKIP
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import lightning_accel.core  # noqa: F401  (importing the core registers every installed plugin into Lightning)
+from lightning_accel.core.lazy import lazy_exports
 
 from . import sdk
 from .__about__ import __version__
@@ -45,28 +45,18 @@ __all__ = [
     "sdk",
 ]
 
-_LAZY = {
-    "HPUAccelerator": ".accelerator",
-    "HPUCheckpointIO": ".checkpoint_io",
-    "HPUGraphs": ".graphs",
-    "HPUParallelStrategy": ".strategies",
-    "HPUPrecisionPlugin": ".precision",
-    "HPUProfiler": ".profiler",
-    "SingleHPUStrategy": ".strategies",
-    "aot_hpu_inference_backend": ".compile_backends",
-    "aot_hpu_training_backend": ".compile_backends",
-    "hpu_backend": ".compile_backends",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "HPUAccelerator": ".accelerator",
+        "HPUCheckpointIO": ".checkpoint_io",
+        "HPUGraphs": ".graphs",
+        "HPUParallelStrategy": ".strategies",
+        "HPUPrecisionPlugin": ".precision",
+        "HPUProfiler": ".profiler",
+        "SingleHPUStrategy": ".strategies",
+        "aot_hpu_inference_backend": ".compile_backends",
+        "aot_hpu_training_backend": ".compile_backends",
+        "hpu_backend": ".compile_backends",
+    },
+)
