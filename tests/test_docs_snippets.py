@@ -8,8 +8,6 @@ Markers, written as comments inside a block:
 
 * ``# docs: no-run (reason)``: the block is shown but not run; the reason is required (e.g. a launch command that
   needs several machines).
-* ``# docs: requires module:attribute``: run only when that attribute exists (a feature still in development);
-  otherwise the block is reported as skipped.
 * ``# docs: env NAME=VALUE``: set for the page's interpreter (e.g. a larger emulated IPU system).
 
 Console output shown in the docs is checked too: a ``console`` block preceded by
@@ -20,7 +18,6 @@ line is a line of the real output; ``...`` lines stand for omitted ones). With `
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -36,7 +33,6 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 _FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\n]*)$")
 _PYTHON_INFO = re.compile(r"^(python|py|python3|\{code-block\}\s+python|\{code\}\s+python)\b")
 _NO_RUN = re.compile(r"#\s*docs:\s*no-run\b(?P<reason>.*)")
-_REQUIRES = re.compile(r"#\s*docs:\s*requires\s+(?P<target>[\w.]+:\w+)")
 _ENV = re.compile(r"#\s*docs:\s*env\s+(?P<name>[A-Z_][A-Z0-9_]*)=(?P<value>\S+)")
 _OUTPUT_OF = re.compile(r"<!--\s*docs:\s*output-of(?P<keys>-keys)?\s+(?P<command>.+?)\s*-->")
 _RST_BLOCK = re.compile(r"^(?P<indent>\s*)\.\.\s+(code-block|code|sourcecode)::\s*python\s*$")
@@ -123,15 +119,6 @@ def collect_pages(root: Path = DOCS) -> list[Page]:
     return pages
 
 
-def _available(target: str) -> bool:
-    module_name, attribute = target.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        return False
-    return hasattr(module, attribute)
-
-
 # Executes the blocks of one page in order in a shared namespace; the compiled file name is the block's label, so a
 # traceback points at the page, the block and the line inside it.
 _DRIVER = """
@@ -214,18 +201,14 @@ def test_markdown_extraction_names_pages_blocks_and_lines(tmp_path: Path) -> Non
 def test_page_snippets_run(page: Page, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_ACCEL_")}
     env.update(LIGHTNING_ACCEL_EMULATE="hpu,ipu", PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
-    runnable, skipped = [], []
+    runnable = []
     for block in page.blocks:
         env.update({m["name"]: m["value"] for m in _ENV.finditer(block.source)})
         if _NO_RUN.search(block.source):
             continue
-        missing = [m["target"] for m in _REQUIRES.finditer(block.source) if not _available(m["target"])]
-        if missing:
-            skipped.append(f"{block.label} needs {', '.join(missing)}")
-            continue
         runnable.append({"label": block.label, "source": block.source})
     if not runnable:
-        pytest.skip("; ".join(skipped) or "no runnable blocks")
+        pytest.skip("no runnable blocks")
     blocks_file = tmp_path / "blocks.json"
     blocks_file.write_text(json.dumps(runnable), encoding="utf-8")
     driver = tmp_path / "run_docs_blocks.py"
@@ -244,8 +227,6 @@ def test_page_snippets_run(page: Page, tmp_path: Path) -> None:
     assert done.returncode == 0, (
         f"{failed[0] if failed else f'docs/{page.name}'} failed (exit {done.returncode}):\n{done.stderr[-6000:]}"
     )
-    if skipped:
-        print("skipped (feature in development): " + "; ".join(skipped))
 
 
 def _command_output(command: str) -> list[str]:
