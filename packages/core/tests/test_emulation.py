@@ -66,3 +66,20 @@ def test_settings_are_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert emulation_settings() is first
     reset_emulation_settings()
     assert emulation_settings().devices == 5
+
+
+ANNOUNCE = """
+from lightning_accel.core.emulation import announce_emulation
+announce_emulation("testacc", "testsdk")
+announce_emulation("testacc", "testsdk")
+"""
+
+
+def test_emulation_is_announced_once_on_rank_zero_only(python) -> None:  # type: ignore[no-untyped-def]
+    line = (
+        "lightning-accel: emulating TESTACC (testsdk) with 3 device(s) backed by cpu; set LIGHTNING_ACCEL_EMULATE=0 "
+        "to turn emulation off."
+    )
+    env = {"LIGHTNING_ACCEL_EMULATE": "testacc", "LIGHTNING_ACCEL_EMULATED_DEVICES": "3"}
+    assert python(ANNOUNCE, env=env).stderr.splitlines() == [line]
+    assert python(ANNOUNCE, env={**env, "RANK": "1"}).stderr == ""

@@ -51,6 +51,22 @@ _BACKENDS = ("cpu", "cuda")
 _OFF_VALUES = ("", "0", "none", "false", "off")
 
 log = logging.getLogger("lightning_accel")
+# The same set-up as Lightning's own logger, so that the one emulation line shows next to "GPU available: ...":
+# INFO level, printed by our own handler unless the application configured the root logger.
+if log.level == logging.NOTSET:
+    log.setLevel(logging.INFO)
+if not logging.getLogger().hasHandlers() and not log.handlers:
+    log.addHandler(logging.StreamHandler())
+    log.propagate = False
+
+
+def _global_rank() -> int:
+    # Set by every launcher Lightning supports before our code runs in a worker; absent in a single process.
+    for name in ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "LOCAL_RANK"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 @dataclass(frozen=True)
@@ -158,10 +174,12 @@ _announced: set[str] = set()
 
 
 def announce_emulation(device_type: str, sdk: str) -> None:
-    """Log, once per process and device type, that ``sdk`` is emulated for ``device_type``."""
+    """Log, once per process and device type and only on global rank 0, that ``sdk`` is emulated."""
     if device_type in _announced:
         return
     _announced.add(device_type)
+    if _global_rank() != 0:
+        return
     settings = emulation_settings()
     log.info(
         "lightning-accel: emulating %s (%s) with %d device(s) backed by %s; set %s=0 to turn emulation off.",
