@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import torch
 from _ds_hpu_helpers import read_json, run_script
 
@@ -71,3 +72,19 @@ def test_cpu_checkpointing_recomputes_on_a_host_backed_device(tmp_path: Path) ->
     assert result["steps"] == 12
     assert result["l2_calls"] == 2 * 12  # forward under no_grad, then the recomputation in backward
     assert result["losses"][-1] < 0.8 * result["losses"][0]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "stage", "param_device"),
+    [("hpu_deepspeed_stage_2_offload", 2, None), ("hpu_deepspeed_stage_3_offload", 3, "cpu")],
+    ids=["zero-offload", "zero-infinity-cpu"],
+)
+def test_offload_trains_with_deepspeeds_cpu_adam(
+    tmp_path: Path, strategy: str, stage: int, param_device: str | None
+) -> None:
+    # Builds DeepSpeed's cpu_adam op on first use (about a minute, cached for the session by the conftest).
+    run_script("zero_offload.py", "--out", str(tmp_path), "--strategy", strategy)
+    result = read_json(tmp_path / "result.json")
+    assert (result["stage"], result["offload_optimizer"], result["offload_param"]) == (stage, "cpu", param_device)
+    assert result["optimizer"] == "DeepSpeedCPUAdam"
+    assert result["accuracy"] > 0.85
