@@ -1,4 +1,4 @@
-"""Check the built wheels: one per distribution, and the core wheel carries the autoload files at its root."""
+"""Check the built wheels: one per distribution; the core and habana wheels carry their start-up hooks at the root."""
 
 from __future__ import annotations
 
@@ -29,11 +29,15 @@ def main(out: Path) -> int:
             "lightning_accel_autoload.pth",
             "lightning_accel_autoload.start",
             "_lightning_accel_autoload.py",
+            "_lightning_accel_sdk_aliases.py",
         ):
             if required not in names:
                 problems.append(f"{core.name} lacks {required} at its root")
         if any(name == "lightning_accel/__init__.py" for name in names):
             problems.append(f"{core.name} ships lightning_accel/__init__.py; the namespace must stay implicit")
+    habana = next((w for w in wheels if w.name.startswith("lightning_accel_habana-")), None)
+    if habana is not None and "_lightning_accel_habana_autoload.py" not in zipfile.ZipFile(habana).namelist():
+        problems.append(f"{habana.name} lacks _lightning_accel_habana_autoload.py (its torch.backends entry point)")
     for wheel in wheels:
         if "lightning_accel/__init__.py" in zipfile.ZipFile(wheel).namelist():
             problems.append(f"{wheel.name} ships lightning_accel/__init__.py")

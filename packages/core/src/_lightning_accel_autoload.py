@@ -3,7 +3,9 @@
 ``lightning_accel_autoload.pth`` (and its PEP 829 twin ``lightning_accel_autoload.start``) call :func:`install`,
 which puts one finder on ``sys.meta_path`` and imports nothing else. When ``lightning.pytorch``,
 ``lightning.fabric``, ``pytorch_lightning`` or ``lightning_fabric`` has finished importing, the finder hands the
-tree to ``lightning_accel.core.registration``. Set ``LIGHTNING_ACCEL_AUTOLOAD=0`` to turn it off.
+tree to ``lightning_accel.core.registration``. Set ``LIGHTNING_ACCEL_AUTOLOAD=0`` to turn it off. When
+``LIGHTNING_ACCEL_EMULATE`` is set, it also installs ``_lightning_accel_sdk_aliases`` (the real SDK module names
+resolve to the emulators).
 Kept to the standard library and tiny on purpose: it runs in every interpreter of the environment.
 """
 
@@ -91,6 +93,11 @@ def install(explicit: bool = False) -> None:
     ``explicit=True`` (used by ``import lightning_accel.core``) ignores ``LIGHTNING_ACCEL_AUTOLOAD``: importing
     lightning-accel is itself the request to register.
     """
+    if os.environ.get("LIGHTNING_ACCEL_EMULATE", "").strip().lower() not in ("", "0", "none", "false", "off"):
+        # Emulation asked for: the real SDK module names must resolve to the emulators from the first import on.
+        import _lightning_accel_sdk_aliases
+
+        _lightning_accel_sdk_aliases.install()
     if not explicit and os.environ.get("LIGHTNING_ACCEL_AUTOLOAD", "1").strip().lower() in ("0", "false", "no", "off"):
         return
     if not any(isinstance(finder, _Finder) for finder in sys.meta_path):

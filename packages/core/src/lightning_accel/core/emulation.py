@@ -39,6 +39,7 @@ __all__ = [
     "emulation_settings",
     "reset_emulation_settings",
     "announce_emulation",
+    "follow_emulated_sdk_names",
 ]
 
 EMULATE_VAR = "LIGHTNING_ACCEL_EMULATE"
@@ -189,3 +190,18 @@ def announce_emulation(device_type: str, sdk: str) -> None:
         settings.backend,
         EMULATE_VAR,
     )
+
+
+def follow_emulated_sdk_names() -> None:
+    """Make the real SDK module names follow the current settings (for a vendor's SDK seam, before it imports).
+
+    Emulated device types: their SDK's module names resolve to the emulators (the finder installed at interpreter
+    start when ``LIGHTNING_ACCEL_EMULATE`` was set then; installed here otherwise). Emulation off: names that were
+    aliased earlier in this process are forgotten, so the real SDK (or its absence) shows.
+    """
+    import _lightning_accel_sdk_aliases as sdk_aliases
+
+    if sdk_aliases.aliases():
+        sdk_aliases.install()
+    else:
+        sdk_aliases.forget()

@@ -1,0 +1,46 @@
+"""Load the emulated SDK when torch is imported, as the Gaudi SDK loads itself in eager mode.
+
+The SDK declares a ``torch.backends`` entry point (gaudi-pytorch-bridge ``habana_frameworks/autoload/__init__.py``);
+torch calls every such entry point at the end of ``import torch`` (``torch._import_device_backends``, switched off
+with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``). The SDK then imports ``habana_frameworks.torch`` unless autoloading is off:
+``PT_HPU_AUTOLOAD=1`` forces it, ``PT_HPU_AUTOLOAD=0`` prevents it, and otherwise it happens in eager mode only
+(``PT_HPU_LAZY_MODE`` unset or ``0`` since SDK 1.21). So in eager mode the SDK has loaded, and read the environment
+variables it reads at load, before the first line after ``import torch`` runs.
+
+lightning-accel-habana declares the same kind of entry point for the emulator, which does the same when
+``LIGHTNING_ACCEL_EMULATE`` asks for HPUs and does nothing otherwise (on a Gaudi machine the SDK's own entry point
+is the one that loads).
+
+A top-level module kept to the standard library on purpose: torch runs the entry point in every ``import torch``
+of the environment, so it must not import lightning-accel (which registers into Lightning) unless emulation is on.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["autoload_enabled", "load_emulated_sdk"]
+
+
+def _emulation_requested() -> bool:
+    value = os.environ.get("LIGHTNING_ACCEL_EMULATE", "").strip().lower()
+    tokens = {part.strip() for part in value.split(",")}
+    return "hpu" in tokens or "all" in tokens
+
+
+def autoload_enabled() -> bool:
+    """The SDK's rule: ``PT_HPU_AUTOLOAD`` decides when set to 0 or 1; otherwise eager mode autoloads, lazy does not."""
+    forced = os.environ.get("PT_HPU_AUTOLOAD", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return os.environ.get("PT_HPU_LAZY_MODE", "0").strip() != "1"
+
+
+def load_emulated_sdk() -> None:
+    """The ``torch.backends`` entry point: import the emulated ``habana_frameworks.torch`` when asked for."""
+    if not (_emulation_requested() and autoload_enabled()):
+        return
+    import _lightning_accel_sdk_aliases
+
+    _lightning_accel_sdk_aliases.install()  # for interpreters started without site (python -S): no .pth ran
+    import habana_frameworks.torch  # noqa: F401
