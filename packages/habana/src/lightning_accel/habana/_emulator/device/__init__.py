@@ -1,0 +1,68 @@
+"""The emulated HPU as a torch device named ``"hpu"``.
+
+Nothing here runs at import: :func:`install` does it, once per process. Afterwards ``torch.randn(4, device="hpu")``,
+``tensor.to("hpu")``, ``module.to("hpu")``, autograd, optimizers, ``torch.save``/``torch.load`` and
+``torch.distributed`` (gloo, through :func:`unwrap`) work on ``"hpu"`` tensors, and every operation runs on the
+backing device (the CPU; a CUDA GPU with ``LIGHTNING_ACCEL_EMULATE_BACKEND=cuda``).
+
+How it is built (one job per module):
+
+- ``_install``: torch's hook for out-of-tree Python backends renames PrivateUse1 to ``"hpu"`` and registers
+  ``_backend``'s device module (``torch.hpu``), hooks and device guard;
+- ``_tensor``: an ``"hpu"`` tensor is a wrapper tensor subclass (:class:`HPUTensor`) around a tensor on the backing
+  device;
+- ``_dispatch``: its ``__torch_dispatch__`` runs each ATen operation on the backing tensors, with a plan per
+  operation cached from the schema, torch's device rules, and explicit refusals;
+- ``_factories``: ``torch.library`` kernels for PrivateUse1 make the factories (``device="hpu"``) work;
+- ``_accounting``: exact memory accounting of the backing storages that enter the device
+  (:func:`memory_snapshot`);
+- ``_devices``: device indices and their backing devices.
+
+**Device index.** Every tensor reports an index, as torch needs one. ``"hpu"`` without an index is ``hpu:0``: as on
+Gaudi, where a process drives one card and its tensors report ``hpu:0`` whichever card it is, the card is chosen
+outside torch's index (``set_device``; on the CUDA backing it picks the GPU, see ``_devices``). Tensors on ``hpu:N``
+for ``N >= 1`` can be made and computed with, and mixing indices in one operation is torch's device error, but
+autograd cannot run backward through them: torch's Python device guard reports a single device, so the autograd
+engine has a worker queue for ``hpu:0`` only and fails an internal assertion for others.
+
+**Random numbers.** The emulated HPUs have no generator of their own: random operations on ``"hpu"`` draw from the
+backing device's default generator (the CPU generator, or CUDA's), so ``torch.manual_seed(s)`` makes them
+reproducible, and on the CPU backing ``torch.randn(n, device="hpu")`` equals ``torch.randn(n)`` drawn at the same
+point. ``torch.Generator(device="hpu")`` does not exist (torch's Python backend hooks cannot provide generators);
+a ``generator=`` argument must be a generator of the backing device.
+
+**Serialization.** ``torch.save`` stores an ``"hpu"`` tensor as its host copy and the device string (torch's path
+for storage-less PrivateUse1 tensors); ``torch.load`` restores it on ``"hpu"``, or where ``map_location`` says
+(``map_location="cpu"`` gives CPU tensors). Views saved together are restored as separate tensors.
+
+**What a real Gaudi does differently.** There, ``"hpu"`` is c10's built-in ``DeviceType::HPU`` (not PrivateUse1),
+the tensors are ordinary ``TensorImpl`` s with storage in device memory allocated by the Synapse runtime, kernels run
+on the card (eagerly, or accumulated into graphs in lazy mode), streams and events exist, and the SDK keeps its own
+generator. Here the wrapper has no storage: ``untyped_storage()`` and ``data_ptr()`` of an ``"hpu"`` tensor are not
+the memory (use :func:`unwrap`), ``tensor.data = other`` and in-place operations that change a tensor's shape or
+strides (``resize_`` to another shape, ``squeeze_``, ``t_``, an ``out=`` tensor of the wrong shape) are refused
+with an explanation, and the speed is the backing device's plus the cost of one Python call per operation.
+"""
+
+from __future__ import annotations
+
+from ._accounting import AllocationStats, allocations
+from ._devices import backing_of, current_index, hpu_device
+from ._install import install, is_installed
+from ._memory import memory_snapshot, reset_peak
+from ._tensor import HPUTensor, unwrap, wrap
+
+__all__ = [
+    "AllocationStats",
+    "HPUTensor",
+    "allocations",
+    "backing_of",
+    "current_index",
+    "hpu_device",
+    "install",
+    "is_installed",
+    "memory_snapshot",
+    "reset_peak",
+    "unwrap",
+    "wrap",
+]

@@ -1,0 +1,403 @@
+"""``__torch_dispatch__`` of the emulated ``"hpu"`` device: run each ATen operation on the backing tensors.
+
+Every operation on an :class:`~._tensor.HPUTensor` arrives here after autograd (and the ADInplaceOrView key) has
+done its work on the wrappers. :func:`run` looks up a *plan* for the operation, built once from its schema and
+cached, so the per-call work is a dictionary lookup, one pass over the arguments and the wrapping of the results
+(no pytree):
+
+- **functional** operations (no alias in the returns): the results are new storages, recorded by the memory
+  accounting and wrapped;
+- **views** (returns alias an input, read-only): the results share the input's backing storage and are wrapped
+  without being recorded;
+- **mutating** operations (in-place and ``out=``: returns alias an input that is written): the operation runs on
+  the backing tensors and the original argument objects are returned, so ``a.add_(b) is a``;
+- operations that would change a wrapper's sizes or strides in place (``resize_`` to another shape, ``squeeze_``,
+  ``t_``...) are refused with an explanation (see :data:`METADATA_MUTATING`): a wrapper's metadata cannot be
+  changed after it is made, so running them would leave the wrapper describing memory it no longer has.
+
+Devices follow torch's rules for real devices: all ``"hpu"`` tensors of one operation must be on the same index, a
+tensor of another device may join only as a 0-dim CPU tensor (a "CPU scalar"), except in the operations that move
+or index across devices (:data:`CROSS_DEVICE`); anything else is torch's own error, "Expected all tensors to be on
+the same device". A ``device=`` keyword argument naming ``"hpu"`` is replaced by the backing device, and results
+of an operation asked for another device (``_to_copy(..., device="cpu")``) are returned unwrapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ._accounting import allocations, track, track_resized
+from ._devices import DEVICE_TYPE, backing_of, hpu_device, index_of
+from ._tensor import HPUTensor, wrap
+
+__all__ = ["CROSS_DEVICE", "METADATA_MUTATING", "run"]
+
+aten = torch.ops.aten
+
+Plan = Callable[[Any, tuple[Any, ...], "dict[str, Any] | None"], Any]
+
+CROSS_DEVICE = frozenset(
+    {
+        # Copies between devices.
+        "aten::copy_",
+        "aten::_copy_from",
+        "aten::_copy_from_and_resize",
+        "aten::_to_copy",
+        # Real devices accept host index tensors when indexing.
+        "aten::index.Tensor",
+        "aten::index_put_",
+        "aten::index_put",
+        "aten::_index_put_impl_",
+    }
+)
+"""Operations (``name`` or ``name.overload``) that may mix ``"hpu"`` tensors with non-scalar tensors elsewhere."""
+
+METADATA_MUTATING = frozenset(
+    {
+        "aten::resize_",
+        "aten::resize_as_",
+        "aten::_resize_output_",
+        "aten::set_",
+        "aten::as_strided_",
+        "aten::squeeze_",
+        "aten::unsqueeze_",
+        "aten::transpose_",
+        "aten::t_",
+        "aten::swapdims_",
+        "aten::swapaxes_",
+    }
+)
+"""In-place operations that may change their input's sizes, strides or storage; run only when they do not."""
+
+_plans: dict[Any, Plan] = {}
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+
+
+def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+    """Run ATen operation ``func`` with ``"hpu"`` tensors among its arguments on the backing device."""
+    plan = _plans.get(func)
+    if plan is None:
+        plan = _plans[func] = _make_plan(func)
+    return plan(func, args, kwargs)
+
+
+# --- arguments ----------------------------------------------------------------------------------------------------
+
+_SCALARS = frozenset({int, float, bool, complex, str, type(None), torch.SymInt, torch.SymFloat})
+
+
+def _mismatch(first: torch.device, other: torch.device, func: Any) -> RuntimeError:
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"{first} and {other}! (when checking arguments for {func})"
+    )
+
+
+def _unwrap_seq(
+    seq: Any, func: Any, cross_device: bool, device: torch.device | None
+) -> tuple[list[Any], torch.device | None, torch.Tensor | None]:
+    """Replace the ``"hpu"`` tensors in ``seq`` (and in tensor lists in it) by their backing tensors.
+
+    Returns the new list, the device of the ``"hpu"`` tensors met (``device`` if none) and the first tensor of another
+    device that is not a CPU scalar (``None`` if none, or if ``cross_device``).
+    """
+    out: list[Any] = []
+    append = out.append
+    foreign = None
+    for a in seq:
+        cls = type(a)
+        if cls is HPUTensor:
+            if device is None:
+                device = a.device
+            elif a.device != device:
+                raise _mismatch(device, a.device, func)
+            append(a._elem)
+        elif cls in _SCALARS:
+            append(a)
+        elif cls is list or cls is tuple:
+            if a and (type(a[0]) not in _SCALARS or type(a[-1]) not in _SCALARS):
+                items, device, inner = _unwrap_seq(a, func, cross_device, device)
+                foreign = foreign if foreign is not None else inner
+                append(cls(items))
+            else:
+                append(a)
+        elif isinstance(a, torch.Tensor):
+            # A CPU scalar joins any device's operation, as in TensorIterator; other tensors must be on "hpu".
+            if foreign is None and not cross_device and (a.dim() != 0 or not a.is_cpu):
+                foreign = a
+            append(a)
+        else:
+            append(a)
+    return out, device, foreign
+
+
+def _unwrap(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, cross_device: bool
+) -> tuple[list[Any], dict[str, Any], torch.device | None]:
+    new_args, device, foreign = _unwrap_seq(args, func, cross_device, None)
+    new_kwargs: dict[str, Any] = {}
+    if kwargs:
+        values, device, other = _unwrap_seq(kwargs.values(), func, cross_device, device)
+        foreign = foreign if foreign is not None else other
+        new_kwargs = dict(zip(kwargs, values, strict=True))
+    if foreign is not None and device is not None:
+        raise _mismatch(device, foreign.device, func)
+    return new_args, new_kwargs, device
+
+
+def _target_device(kwargs: dict[str, Any], default: torch.device | None) -> torch.device | None:
+    """Rewrite an ``"hpu"`` ``device=`` to its backing device; the device the results belong to (``None``: host)."""
+    target = kwargs.get("device")
+    if target is None:
+        return default
+    target = torch.device(target)
+    if target.type != DEVICE_TYPE:
+        return None
+    index = index_of(target)
+    kwargs["device"] = backing_of(index)
+    return hpu_device(index)
+
+
+# --- results ------------------------------------------------------------------------------------------------------
+
+
+def _wrap_new(out: Any, device: torch.device) -> Any:
+    if type(out) is torch.Tensor:
+        track(out, device.index)
+        return wrap(out, device)
+    if type(out) is tuple or type(out) is list:
+        return type(out)(_wrap_new(o, device) for o in out)
+    return out
+
+
+def _wrap_view(out: Any, device: torch.device) -> Any:
+    if type(out) is torch.Tensor:
+        return wrap(out, device)
+    if type(out) is tuple or type(out) is list:
+        return type(out)(_wrap_view(o, device) for o in out)
+    return out
+
+
+# --- plans --------------------------------------------------------------------------------------------------------
+
+
+def _qualified(func: Any) -> tuple[str, str]:
+    schema = func._schema
+    return schema.name, f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def _make_plan(func: Any) -> Plan:
+    schema = func._schema
+    name, full = _qualified(func)
+    cross_device = name in CROSS_DEVICE or full in CROSS_DEVICE
+    if name in METADATA_MUTATING:
+        return _metadata_plan(cross_device)
+    written: dict[Any, tuple[int, str, bool]] = {}
+    for position, argument in enumerate(schema.arguments):
+        info = argument.alias_info
+        if info is not None and info.is_write:
+            for alias_set in info.before_set:
+                written[alias_set] = (position, argument.name, argument.kwarg_only)
+    returns: list[tuple[int, str, bool] | None] = []
+    views = False
+    for ret in schema.returns:
+        info = ret.alias_info
+        if info is None:
+            returns.append(None)
+        elif info.is_write:
+            returns.append(next((written[s] for s in info.before_set if s in written), None))
+        else:
+            returns.append(None)
+            views = True
+    if any(r is not None for r in returns):
+        return _mutating_plan(returns, cross_device)
+    if written:
+        # Mutates inputs but returns nothing that aliases them (the _foreach_*_ operations, fused optimizers).
+        return _void_mutating_plan(cross_device, any(kw for _, _, kw in written.values()))
+    if views:
+        return _view_plan(func, cross_device)
+    return _functional_plan(func, cross_device)
+
+
+def _functional_plan(func: Any, cross_device: bool) -> Plan:
+    op = func._op  # the C++ callable: skips OpOverload.__call__'s Python frame
+    live = allocations._live
+    record = allocations.record
+
+    def plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+        if kwargs:
+            new_args, new_kwargs, device = _unwrap(func, args, kwargs, cross_device)
+            if "device" in new_kwargs:
+                device = _target_device(new_kwargs, device)
+            out = op(*new_args, **new_kwargs)
+        else:
+            new_args, device, foreign = _unwrap_seq(args, func, cross_device, None)
+            if foreign is not None and device is not None:
+                raise _mismatch(device, foreign.device, func)
+            out = op(*new_args)
+        if device is None:
+            return out
+        if type(out) is torch.Tensor:
+            # The common case inlined: record the new storage, wrap it.
+            storage = out.untyped_storage()
+            if storage._cdata not in live:
+                record(storage, device.index)
+            result = _make_wrapper(
+                HPUTensor,
+                out.size(),
+                strides=out.stride(),
+                storage_offset=out.storage_offset(),
+                dtype=out.dtype,
+                device=device,
+                requires_grad=False,
+            )
+            result._elem = out
+            return result
+        return _wrap_new(out, device)
+
+    return plan
+
+
+def _view_plan(func: Any, cross_device: bool) -> Plan:
+    op = func._op
+
+    def plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+        if kwargs:
+            new_args, new_kwargs, device = _unwrap(func, args, kwargs, cross_device)
+            out = op(*new_args, **new_kwargs)
+        else:
+            new_args, device, foreign = _unwrap_seq(args, func, cross_device, None)
+            if foreign is not None and device is not None:
+                raise _mismatch(device, foreign.device, func)
+            out = op(*new_args)
+        if device is None:
+            return out
+        if type(out) is torch.Tensor:
+            result = _make_wrapper(
+                HPUTensor,
+                out.size(),
+                strides=out.stride(),
+                storage_offset=out.storage_offset(),
+                dtype=out.dtype,
+                device=device,
+                requires_grad=False,
+            )
+            result._elem = out
+            return result
+        return _wrap_view(out, device)
+
+    return plan
+
+
+def _mutating_plan(returns: list[tuple[int, str, bool] | None], cross_device: bool) -> Plan:
+    # Outputs passed as keyword-only arguments (out=) may be resized by the kernel; in-place `self` never is.
+    out_style = any(r is not None and r[2] for r in returns)
+    single = returns[0] if len(returns) == 1 else None
+
+    def original(spec: tuple[int, str, bool], args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+        position, name, kwarg_only = spec
+        if kwarg_only or position >= len(args):
+            return kwargs[name] if kwargs else None
+        return args[position]
+
+    def plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+        new_args, new_kwargs, device = _unwrap(func, args, kwargs, cross_device)
+        out = func._op(*new_args, **new_kwargs)
+        if single is not None:
+            result = original(single, args, kwargs)
+            if out_style:
+                _check_unchanged(func, result)
+            return result
+        results = []
+        for spec, value in zip(returns, out if isinstance(out, (tuple, list)) else (out,), strict=False):
+            if spec is None:
+                results.append(value if device is None else _wrap_new(value, device))
+            else:
+                result = original(spec, args, kwargs)
+                if out_style:
+                    _check_unchanged(func, result)
+                results.append(result)
+        return tuple(results) if isinstance(out, tuple) else results
+
+    return plan
+
+
+def _void_mutating_plan(cross_device: bool, out_style: bool) -> Plan:
+    def plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+        new_args, new_kwargs, device = _unwrap(func, args, kwargs, cross_device)
+        out = func._op(*new_args, **new_kwargs)
+        if out_style:
+            for value in (kwargs or {}).values():
+                _check_unchanged(func, value)
+        if device is None or out is None:
+            return out
+        return _wrap_new(out, device)
+
+    return plan
+
+
+def _metadata_plan(cross_device: bool) -> Plan:
+    def plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+        target = args[0]
+        if type(target) is HPUTensor:
+            _refuse_if_metadata_changes(func, target, args, kwargs)
+        new_args, new_kwargs, _ = _unwrap(func, args, kwargs, cross_device)
+        func._op(*new_args, **new_kwargs)
+        if type(target) is HPUTensor:
+            track_resized(target._elem, target.device.index)
+        return target
+
+    return plan
+
+
+def _refuse_if_metadata_changes(
+    func: Any, target: HPUTensor, args: tuple[Any, ...], kwargs: dict[str, Any] | None
+) -> None:
+    # Rehearse the operation on a meta tensor of the same layout: only its metadata matters, and nothing is touched.
+    elem = target._elem
+    probe = torch.empty_strided(elem.size(), elem.stride(), dtype=elem.dtype, device="meta")
+    if elem.storage_offset():
+        probe = probe.as_strided(elem.size(), elem.stride(), elem.storage_offset())
+
+    def to_meta(a: Any) -> Any:
+        if type(a) is HPUTensor:
+            return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device="meta")
+        if isinstance(a, torch.Tensor):
+            return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device="meta")
+        return a
+
+    try:
+        func(probe, *[to_meta(a) for a in args[1:]], **{k: to_meta(v) for k, v in (kwargs or {}).items()})
+    except (RuntimeError, NotImplementedError):
+        return  # let the real call raise torch's own error
+    if (
+        probe.size() != elem.size()
+        or probe.stride() != elem.stride()
+        or probe.storage_offset() != elem.storage_offset()
+    ):
+        raise NotImplementedError(
+            f"{func} would change the shape or strides of an 'hpu' tensor in place (shape {tuple(elem.size())} "
+            f"strides {elem.stride()} to shape {tuple(probe.size())} strides {probe.stride()}), which the emulated "
+            "HPU device cannot do: its tensors are wrappers whose metadata is fixed when they are made. Use the "
+            "out-of-place operation instead (for example x = x.squeeze(0), "
+            "x = x.t(), x = torch.empty(new_shape, device='hpu')); on a real Gaudi this runs."
+        )
+
+
+def _check_unchanged(func: Any, value: Any) -> None:
+    if type(value) is HPUTensor:
+        elem = value._elem
+        if elem.size() != value.size() or elem.stride() != value.stride():
+            raise NotImplementedError(
+                f"{func} resized its out= tensor on the emulated HPU device from {tuple(value.size())} to "
+                f"{tuple(elem.size())}; the emulated device cannot change a tensor's shape in place, so that tensor "
+                "no longer matches its data and must not be used. Pass an out= tensor of the result's shape, or use "
+                "the operation without out=; on a real Gaudi this runs."
+            )
+        track_resized(elem, value.device.index)
+    elif type(value) is list or type(value) is tuple:
+        for v in value:
+            _check_unchanged(func, v)

@@ -1,0 +1,83 @@
+"""Turning the emulated HPU into the torch device ``"hpu"``, once per process."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+from ._backend import REQUIRED_MODULE_ATTRIBUTES, DeviceGuard, DeviceModule, Hooks
+from ._devices import DEVICE_TYPE, backing_of, current_index
+from ._kernels import register_kernels
+
+__all__ = ["install", "is_installed"]
+
+_lock = threading.Lock()
+_installed = False
+
+
+def is_installed() -> bool:
+    """Whether :func:`install` has made ``"hpu"`` a torch device in this process."""
+    return _installed
+
+
+def install(backend_module: Any = None) -> None:
+    """Make the emulated HPU the torch device ``"hpu"``; later calls do nothing.
+
+    Renames torch's PrivateUse1 backend to ``"hpu"`` and registers the device module, hooks and guard through
+    ``torch.utils.backend_registration._setup_privateuseone_for_python_backend``, then the factory kernels. From then
+    on ``torch.randn(4, device="hpu")``, ``tensor.to("hpu")``, ``module.to("hpu")`` and ``tensor.hpu()`` work, and
+    ``torch.hpu`` is the device module. None of this can be undone in a process.
+
+    Args:
+        backend_module: What becomes ``torch.hpu``. ``None`` (default): :class:`~._backend.DeviceModule`, which
+            answers torch's calls and hands everything else to the emulated ``habana_frameworks.torch.hpu``. The seam
+            may pass the SDK module itself, as the real SDK registers it; it must have every name in
+            :data:`~._backend.REQUIRED_MODULE_ATTRIBUTES`.
+
+    Raises:
+        RuntimeError: When PrivateUse1 already belongs to another backend, or ``torch.hpu`` is already another module.
+        TypeError: When ``backend_module`` lacks one of the names torch calls.
+        ConfigurationError: When the CUDA backing is asked for but CUDA is not usable.
+    """
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        module = DeviceModule() if backend_module is None else backend_module
+        missing = [name for name in REQUIRED_MODULE_ATTRIBUTES if not hasattr(module, name)]
+        if missing:
+            raise TypeError(
+                f"backend_module={module!r} cannot become torch.hpu: torch calls {', '.join(missing)} on it, which it "
+                "lacks. Pass a module with all of "
+                f"{', '.join(REQUIRED_MODULE_ATTRIBUTES)}, or None for the emulator's own device module."
+            )
+        name = torch._C._get_privateuse1_backend_name()
+        if name not in ("privateuseone", DEVICE_TYPE):
+            raise RuntimeError(
+                f"torch's PrivateUse1 backend is already named {name!r} in this process, so the emulated HPU cannot "
+                "become the device 'hpu'. Only one out-of-tree backend can be used per process: do not load the "
+                f"{name!r} backend together with LIGHTNING_ACCEL_EMULATE=hpu."
+            )
+        existing = getattr(torch, DEVICE_TYPE, None)
+        if existing is not None:
+            raise RuntimeError(
+                f"torch.hpu is already {existing!r}: another Gaudi stack (the real SDK?) is loaded in this process, "
+                "so the emulated HPU cannot be installed. Unset LIGHTNING_ACCEL_EMULATE to use the real one."
+            )
+        # Fail before touching torch when the backing device is not usable.
+        backing_of(current_index())
+        if name == DEVICE_TYPE:
+            # Someone renamed PrivateUse1 already (renaming twice is an error): do the remaining steps alike.
+            torch.utils.generate_methods_for_privateuse1_backend()
+            torch._register_device_module(DEVICE_TYPE, module)
+            torch._C._acc.register_python_privateuseone_hook(Hooks())
+            torch._C._acc.register_python_privateuseone_device_guard(DeviceGuard())
+        else:
+            _setup_privateuseone_for_python_backend(
+                rename=DEVICE_TYPE, backend_module=module, hook=Hooks(), device_guard=DeviceGuard()
+            )
+        register_kernels()
+        _installed = True

@@ -1,0 +1,71 @@
+"""The memory statistics of the emulated ``"hpu"`` device, in the form ``hpu.memory`` reads.
+
+:func:`memory_snapshot` returns the same :class:`~lightning_accel.habana._emulator.hpu._ledger.LedgerSnapshot` that
+``hpu.memory`` builds its ten SDK keys from today, so switching it to exact accounting is replacing the sampled
+ledger by this call (on both backings: the accounting sees CUDA-backed storages too).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..hpu._ledger import LedgerSnapshot
+from ._accounting import allocations
+from ._devices import backing_of, current_index, index_of
+
+__all__ = ["memory_snapshot", "reset_peak"]
+
+Device = int | str | torch.device | None
+
+
+def _index(device: Device) -> int:
+    if device is None:
+        return current_index()
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    parsed = torch.device(device)
+    if parsed.type != "hpu":
+        raise ValueError(
+            f"device={device!r} is not an HPU device. Accepted: None, an index, 'hpu', 'hpu:N' or "
+            "torch.device('hpu', N)."
+        )
+    return index_of(parsed)
+
+
+def _limit(index: int) -> int:
+    backing = backing_of(index)
+    if backing.type == "cuda":
+        return int(torch.cuda.get_device_properties(backing).total_memory)
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # non-POSIX hosts
+        return 0
+
+
+def memory_snapshot(device: Device = None) -> LedgerSnapshot:
+    """The exact allocation counters of an emulated HPU (the current one by default).
+
+    ``limit`` is the backing device's memory (host RAM, or the GPU's total memory); the other fields count the
+    backing storages of ``"hpu"`` tensors (see ``_accounting``).
+
+    Raises:
+        ValueError: When ``device`` is not an HPU device or index.
+    """
+    index = _index(device)
+    stats = allocations.stats(index)
+    return LedgerSnapshot(
+        limit=_limit(index),
+        in_use=stats.in_use,
+        max_in_use=stats.max_in_use,
+        num_allocs=stats.num_allocs,
+        num_frees=stats.num_frees,
+        active_allocs=stats.active_allocs,
+        max_alloc_size=stats.max_alloc_size,
+    )
+
+
+def reset_peak(device: Device = None) -> None:
+    """Make the peak (``max_in_use``) of an emulated HPU equal to the bytes in use now."""
+    allocations.reset_peak(_index(device))

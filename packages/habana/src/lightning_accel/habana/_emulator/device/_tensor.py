@@ -1,0 +1,156 @@
+"""The tensors of the emulated ``"hpu"`` device: wrapper tensors around a tensor on the backing device.
+
+An :class:`HPUTensor` is made with ``torch.Tensor._make_wrapper_subclass``: to torch it is a tensor of device type
+``"hpu"`` (PrivateUse1 renamed) with its own sizes, strides, dtype and autograd state, but without storage. The
+data lives in ``_elem``, a plain tensor on the backing device (the CPU, or the CUDA GPU chosen by
+``LIGHTNING_ACCEL_EMULATE_BACKEND``) with the same sizes, strides and storage offset. Every ATen operation that
+reaches the ``Python`` dispatch key of such a tensor (after autograd has recorded it) goes to
+:func:`._dispatch.run`, which runs the operation on the ``_elem`` tensors and wraps the results.
+
+Views are views of the backing tensor, so a view and its base share memory exactly as on a real device: an in-place
+operation on a view changes the base. autograd's view tracking and version counters work on the wrappers as on any
+tensor.
+
+What a real Gaudi does differently: an HPU tensor there is a ``TensorImpl`` of device type ``HPU`` (a built-in
+device type of c10, not PrivateUse1) with a storage in device memory allocated by the Synapse runtime, so
+``untyped_storage()`` and ``data_ptr()`` describe device memory. Here the wrapper has no storage of its own:
+``untyped_storage()`` on it raises, and code that needs the memory goes through :func:`unwrap`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+__all__ = ["HPUTensor", "unwrap", "wrap"]
+
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+_DATA: Any = torch._C.TensorBase.data
+
+
+class HPUTensor(torch.Tensor):
+    """A tensor on the emulated ``"hpu"`` device; its data is the backing tensor ``_elem``.
+
+    Build one with :func:`wrap`, or through torch (``torch.randn(..., device="hpu")``, ``tensor.to("hpu")``).
+    """
+
+    _elem: torch.Tensor
+
+    # torch functions reach __torch_dispatch__ anyway; handling them here too would cost a Python call per op.
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    @classmethod
+    def __torch_dispatch__(  # type: ignore[override]
+        cls,
+        func: torch._ops.OpOverload,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        plan = _plans.get(func)
+        if plan is None:
+            return _run(func, args, kwargs)
+        return plan(func, args, kwargs)
+
+    # Being a "traceable wrapper subclass" makes Module._apply (module.to("hpu"), .half()) swap the contents of each
+    # parameter object instead of replacing it, so the objects an optimizer already holds stay the model's, as when
+    # a model moves to a real device.
+    def __tensor_flatten__(self) -> tuple[list[str], torch.device]:
+        return ["_elem"], self.device
+
+    @staticmethod
+    def __tensor_unflatten__(
+        inner_tensors: dict[str, torch.Tensor], device: torch.device, outer_size: Any, outer_stride: Any
+    ) -> HPUTensor:
+        return wrap(inner_tensors["_elem"], device)
+
+    def __reduce_ex__(self, proto: Any) -> Any:
+        # Pickle as a plain device tensor: its host copy and the device string, restored by
+        # torch._utils._rebuild_device_tensor_from_cpu_tensor (torch's own path for PrivateUse1 tensors without
+        # storage), which torch.load's weights_only unpickler allows and which honours map_location. torch's default
+        # would pickle this class and its __dict__ (the backing tensor a second time), and need it to load.
+        if getattr(self, "_is_param", False):
+            return (torch._utils._rebuild_parameter, (self.detach(), self.requires_grad, OrderedDict()))
+        host = self.detach().cpu()
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (host, self.dtype, str(self.device), self.requires_grad),
+        )
+
+    def __format__(self, format_spec: str) -> str:
+        # torch.Tensor.__format__ formats 0-dim tensors as numbers only for exact torch.Tensor; printing needs it.
+        if self.dim() == 0:
+            return self.detach().item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        # torch prints a subclass as "HPUTensor(...)" (and a parameter as "Parameter(HPUTensor(...))"); a real HPU
+        # tensor prints as "tensor(..., device='hpu:0')", with "Parameter containing:" above a parameter.
+        text = torch._tensor_str._str(self, tensor_contents=tensor_contents)
+        is_param = text.startswith("Parameter(")
+        if is_param:
+            text = text[len("Parameter(") : -1]
+        own = f"{type(self).__name__}("
+        if text.startswith(own):
+            text = "tensor(" + _dedent(text[len(own) :], len(own) - len("tensor("))
+        return "Parameter containing:\n" + text if is_param else text
+
+    @property
+    def data(self) -> torch.Tensor:
+        """The tensor without autograd history, sharing its data (as ``torch.Tensor.data``)."""
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, value: torch.Tensor) -> None:
+        # torch's setter copies the TensorImpl's metadata but knows nothing of _elem, which would keep the old data.
+        _DATA.__set__(self, value)
+        self._elem = value._elem if type(value) is HPUTensor else value
+
+    def numpy(self, *, force: bool = False) -> Any:
+        """Refused as for any device tensor: copy it to the host first."""
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
+            "memory first."
+        )
+
+    def tolist(self) -> Any:
+        """The data as nested Python lists, read through the host as on a real device."""
+        # torch's C++ tolist refuses tensor subclasses; the backing tensor has the same shape and data.
+        return self._elem.tolist()
+
+
+def _dedent(text: str, width: int) -> str:
+    lines = text.split("\n")
+    return "\n".join(lines[:1] + [line[width:] if line[:width].isspace() else line for line in lines[1:]])
+
+
+def wrap(elem: torch.Tensor, device: torch.device) -> HPUTensor:
+    """An ``"hpu"`` tensor on ``device`` whose data is ``elem`` (shared, not copied).
+
+    ``elem`` must be a strided tensor on the backing device of ``device``; no memory is recorded (see
+    :func:`._accounting.track`).
+    """
+    out: HPUTensor = _make_wrapper(
+        HPUTensor,
+        elem.size(),
+        strides=elem.stride(),
+        storage_offset=elem.storage_offset(),
+        dtype=elem.dtype,
+        device=device,
+        requires_grad=False,
+    )
+    out._elem = elem
+    return out
+
+
+def unwrap(tensor: torch.Tensor) -> torch.Tensor:
+    """The backing tensor of an ``"hpu"`` tensor (sharing its memory); other tensors are returned as they are."""
+    if type(tensor) is HPUTensor:
+        return tensor._elem
+    return tensor
+
+
+from ._dispatch import _plans  # noqa: E402
+from ._dispatch import run as _run  # noqa: E402  (the dispatcher needs HPUTensor and wrap defined first)

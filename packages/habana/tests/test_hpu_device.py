@@ -1,0 +1,515 @@
+"""The emulated HPU as the torch device ``"hpu"`` (``_emulator.device``).
+
+Installing the device renames torch's PrivateUse1 backend and cannot be undone in a process, so these tests run in
+one child pytest process of their own: each test here, run by the suite, reports the outcome of the same test in
+that child (with its failure text), and the suite's process never installs the device.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from _habana_helpers import PYTHON, free_port, script_env
+
+CHILD_VAR = "LIGHTNING_ACCEL_TEST_HPU_DEVICE_CHILD"
+IN_CHILD = os.environ.get(CHILD_VAR) == "1"
+MIB = 1024 * 1024
+
+_child_results: dict[str, tuple[str, str]] | None = None
+
+
+def _run_child() -> dict[str, tuple[str, str]]:
+    global _child_results
+    if _child_results is None:
+        report = Path(os.environ.get("TMPDIR", "/tmp")) / f"hpu_device_child_{os.getpid()}.xml"
+        proc = subprocess.run(
+            [PYTHON, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
+            env=script_env(**{CHILD_VAR: "1"}),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=Path(__file__).parent,
+        )
+        results: dict[str, tuple[str, str]] = {}
+        if report.exists():
+            for case in ET.parse(report).getroot().iter("testcase"):
+                outcome, text = "passed", ""
+                for child in case:
+                    if child.tag in {"failure", "error", "skipped"}:
+                        outcome, text = child.tag, (child.get("message") or "") + "\n" + (child.text or "")
+                results[case.get("name", "")] = (outcome, text)
+            report.unlink()
+        results["<process>"] = (str(proc.returncode), proc.stdout[-4000:] + proc.stderr[-4000:])
+        _child_results = results
+    return _child_results
+
+
+def isolated(test: Callable[..., None]) -> Callable[..., None]:
+    """Run ``test`` in the child process (where the device is installed) and report its outcome here."""
+
+    @functools.wraps(test)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        if IN_CHILD:
+            from lightning_accel.habana._emulator.device import install
+
+            install()
+            test(*args, **kwargs)
+            return
+        name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].rsplit(" ", 1)[0]
+        results = _run_child()
+        if name not in results:
+            pytest.fail(f"the child pytest process did not run {name}:\n{results['<process>'][1]}")
+        outcome, text = results[name]
+        if outcome == "skipped":
+            pytest.skip(text)
+        if outcome != "passed":
+            pytest.fail(f"{name} failed in the child process:\n{text}", pytrace=False)
+
+    return wrapper
+
+
+def _mlp(seed: int = 0, hidden: int = 32) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.Tanh(),
+        torch.nn.Linear(hidden, 3),
+    )
+
+
+# --- factories and moves ---------------------------------------------------------------------------------------------
+
+
+@isolated
+def test_factories_make_hpu_tensors() -> None:
+    torch.manual_seed(0)
+    made = {
+        "randn": torch.randn(4, 3, device="hpu"),
+        "rand": torch.rand(5, device="hpu"),
+        "zeros": torch.zeros(2, 3, device="hpu"),
+        "ones": torch.ones(3, device="hpu", dtype=torch.float64),
+        "full": torch.full((2, 2), 7.5, device="hpu"),
+        "arange": torch.arange(6, device="hpu"),
+        "arange_step": torch.arange(1.0, 2.0, 0.25, device="hpu"),
+        "empty": torch.empty(3, 4, device="hpu"),
+        "tensor": torch.tensor([[1, 2], [3, 4]], device="hpu"),
+        "eye": torch.eye(3, device="hpu"),
+        "linspace": torch.linspace(0, 1, 5, device="hpu"),
+        "randint": torch.randint(0, 10, (4,), device="hpu"),
+        "zeros_like": torch.zeros_like(torch.ones(2, device="hpu")),
+    }
+    for name, tensor in made.items():
+        assert tensor.device == torch.device("hpu", 0), name
+        assert tensor.is_hpu, name
+    assert made["ones"].dtype == torch.float64
+    assert made["zeros"].cpu().eq(0).all()
+    assert made["full"].cpu().eq(7.5).all()
+    assert made["arange"].cpu().tolist() == [0, 1, 2, 3, 4, 5]
+    assert made["arange_step"].cpu().tolist() == [1.0, 1.25, 1.5, 1.75]
+    assert made["tensor"].cpu().tolist() == [[1, 2], [3, 4]]
+    assert torch.equal(made["eye"].cpu(), torch.eye(3))
+    assert made["empty"].shape == (3, 4)
+
+
+@isolated
+def test_to_hpu_and_back() -> None:
+    host = torch.randn(3, 4)
+    on_hpu = host.to("hpu")
+    assert on_hpu.device.type == "hpu" and on_hpu.device.index == 0
+    assert torch.equal(on_hpu.cpu(), host)
+    assert torch.equal(on_hpu.to("cpu"), host)
+    assert on_hpu.cpu().device == torch.device("cpu")
+    assert torch.equal(host.hpu().cpu(), host)
+    assert torch.equal(host.to(torch.device("hpu", 0)).cpu(), host)
+    half = on_hpu.to(torch.float16)
+    assert half.device.type == "hpu" and half.dtype == torch.float16
+    assert on_hpu.to("hpu") is on_hpu  # already there: no copy, as for any device
+    # The copy is a copy: changing it leaves the host tensor alone.
+    on_hpu.add_(1)
+    assert torch.allclose(on_hpu.cpu(), host + 1)
+
+
+@isolated
+def test_module_to_hpu_and_back() -> None:
+    model = _mlp()
+    model.register_buffer("scale", torch.tensor([2.0, 3.0]))
+    reference = {k: v.clone() for k, v in model.state_dict().items()}
+    params_before = list(model.parameters())
+    model.to("hpu")
+    for name, tensor in model.state_dict().items():
+        assert tensor.device == torch.device("hpu", 0), name
+        assert torch.equal(tensor.cpu(), reference[name]), name
+    for param in model.parameters():
+        assert isinstance(param, torch.nn.Parameter) and param.requires_grad
+    # The parameter objects are kept (their contents swapped), so an optimizer made before .to() still holds them.
+    assert all(a is b for a, b in zip(params_before, model.parameters(), strict=True))
+    model.half()
+    assert all(p.dtype == torch.float16 and p.device.type == "hpu" for p in model.parameters())
+    model.float().cpu()
+    for name, tensor in model.state_dict().items():
+        assert tensor.device == torch.device("cpu"), name
+        assert torch.allclose(tensor, reference[name], atol=1e-3), name
+
+
+@isolated
+def test_device_indices() -> None:
+    assert torch.device("hpu").type == "hpu"
+    assert torch.zeros(1, device="hpu").device == torch.device("hpu", 0)
+    assert torch.zeros(1, device=torch.device("hpu")).device.index == 0
+    second = torch.ones(2, device="hpu:1")
+    assert second.device == torch.device("hpu", 1)
+    assert (second * 2).device == torch.device("hpu", 1)
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device.*hpu:0 and hpu:1"):
+        torch.ones(2, device="hpu") + second
+
+
+@isolated
+def test_torch_hpu_module() -> None:
+    from lightning_accel.habana._emulator import hpu as sdk_hpu
+    from lightning_accel.habana._emulator.device import install
+
+    install()  # again: nothing happens
+    assert torch._C._get_privateuse1_backend_name() == "hpu"
+    assert torch.hpu.is_available()
+    assert torch.hpu.device_count() == sdk_hpu.device_count()
+    assert torch.hpu.current_device() == 0
+    # Everything else is the SDK module's, as torch.hpu is habana_frameworks.torch.hpu on Gaudi.
+    assert torch.hpu.get_device_name() == sdk_hpu.get_device_name()
+    assert set(torch.hpu.memory_stats()) == set(sdk_hpu.memory_stats())
+
+
+# --- printing and reading --------------------------------------------------------------------------------------------
+
+
+@isolated
+def test_printing_and_reading_values() -> None:
+    tensor = torch.tensor([[1.5, 2.0], [3.0, 4.25]], device="hpu")
+    assert repr(tensor) == "tensor([[1.5000, 2.0000],\n        [3.0000, 4.2500]], device='hpu:0')"
+    assert str(torch.tensor(3, device="hpu")) == "tensor(3, device='hpu:0')"
+    param = torch.nn.Parameter(torch.ones(2, device="hpu"))
+    assert repr(param) == "Parameter containing:\ntensor([1., 1.], device='hpu:0', requires_grad=True)"
+    assert tensor.sum().item() == 10.75
+    assert tensor.tolist() == [[1.5, 2.0], [3.0, 4.25]]
+    assert f"{tensor[0, 0]:.2f}" == "1.50"
+    assert float(tensor[1, 1]) == 4.25 and int(tensor[1, 0]) == 3
+    with pytest.raises(TypeError, match="can't convert hpu:0 device type tensor to numpy"):
+        tensor.numpy()
+
+
+# --- autograd and optimizers -----------------------------------------------------------------------------------------
+
+
+@isolated
+def test_backward_through_an_mlp() -> None:
+    cpu_model, hpu_model = _mlp(), _mlp().to("hpu")
+    x = torch.randn(16, 8)
+    target = torch.randint(0, 3, (16,))
+    torch.nn.functional.cross_entropy(cpu_model(x), target).backward()
+    loss = torch.nn.functional.cross_entropy(hpu_model(x.to("hpu")), target.to("hpu"))
+    assert loss.device.type == "hpu" and loss.grad_fn is not None
+    loss.backward()
+    for (name, cpu_param), hpu_param in zip(cpu_model.named_parameters(), hpu_model.parameters(), strict=True):
+        assert hpu_param.grad is not None and hpu_param.grad.device == torch.device("hpu", 0), name
+        assert torch.allclose(hpu_param.grad.cpu(), cpu_param.grad, atol=1e-6), name
+    # Gradients accumulate on the device, too.
+    torch.nn.functional.cross_entropy(hpu_model(x.to("hpu")), target.to("hpu")).backward()
+    first = next(hpu_model.parameters())
+    assert torch.allclose(first.grad.cpu(), 2 * next(cpu_model.parameters()).grad, atol=1e-6)
+
+
+OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "sgd-for-loop": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
+    "sgd-foreach": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, foreach=True),
+    "adam-for-loop": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=False, fused=False),
+    "adam-foreach": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True, fused=False),
+    "adamw-for-loop": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, foreach=False, fused=False),
+    "adamw-foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, foreach=True, fused=False),
+    "adamw-amsgrad-foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, amsgrad=True, foreach=True),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@isolated
+def test_optimizer_steps_match_the_cpu(name: str) -> None:
+    make = OPTIMIZERS[name]
+    torch.manual_seed(1)
+    batches = [(torch.randn(16, 8), torch.randint(0, 3, (16,))) for _ in range(6)]
+    weights = {}
+    for device in ("cpu", "hpu"):
+        model = _mlp().to(device)
+        optimizer = make(model.parameters())
+        for x, y in batches:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            optimizer.step()
+        weights[device] = [p.detach().cpu() for p in model.parameters()]
+        if device == "hpu":
+            state = optimizer.state[next(model.parameters())]
+            for key, value in state.items():
+                # As on any device, the step counter stays on the host unless capturable; the moments are on "hpu".
+                if isinstance(value, torch.Tensor) and key != "step":
+                    assert value.device.type == "hpu", key
+    for cpu_weight, hpu_weight in zip(weights["cpu"], weights["hpu"], strict=True):
+        torch.testing.assert_close(hpu_weight, cpu_weight, rtol=0, atol=1e-6)
+
+
+# --- in-place operations and views ------------------------------------------------------------------------------------
+
+
+@isolated
+def test_in_place_operations_and_views_share_memory() -> None:
+    base = torch.zeros(4, 6, device="hpu")
+    row = base[1]
+    row.add_(1)
+    assert base.cpu()[1].eq(1).all() and base.sum().item() == 6
+    base.t()[2, 3] = 5.0  # the transpose's [2, 3] is base[3, 2]
+    assert base[3, 2].item() == 5.0
+    flat = base.view(24)
+    flat[0] = 7.0
+    assert base[0, 0].item() == 7.0
+    block = base.reshape(2, 2, 6)[1, :, ::2]
+    block.fill_(-1)
+    assert base.cpu()[2:, ::2].eq(-1).all()
+    assert base.cpu()[2:, 1::2].ne(-1).all()
+    moved = base.transpose(0, 1).contiguous()
+    moved.zero_()  # a copy: the base keeps its values
+    assert base[0, 0].item() == 7.0
+    result = base.mul_(2)
+    assert result is base  # in-place operations return their input, as on any device
+    assert row._base is base and row.storage_offset() == 6
+    # autograd sees in-place changes through views: the version counter is shared.
+    version = base._version
+    row.sub_(1)
+    assert base._version > version
+
+
+@isolated
+def test_in_place_shape_changes_are_refused() -> None:
+    square = torch.zeros(3, 3, device="hpu")
+    with pytest.raises(NotImplementedError, match="cannot do"):
+        square.t_()
+    with pytest.raises(NotImplementedError, match="cannot do"):
+        square.unsqueeze_(0)
+    square.resize_(3, 3)  # the same shape: allowed
+    assert square.shape == (3, 3)
+    with pytest.raises(NotImplementedError, match="out= tensor"):
+        torch.add(torch.ones(3, device="hpu"), 1, out=torch.empty(0, device="hpu"))
+    out = torch.empty(3, device="hpu")
+    assert torch.add(torch.ones(3, device="hpu"), 1, out=out) is out
+    assert out.cpu().eq(2).all()
+
+
+@isolated
+def test_data_setter_replaces_the_data() -> None:
+    from lightning_accel.habana._emulator.device import unwrap
+
+    param = torch.nn.Parameter(torch.ones(3, device="hpu"))
+    param.data = torch.full((3,), 4.0, device="hpu")
+    assert param.cpu().eq(4).all() and unwrap(param).eq(4).all()
+    assert param.requires_grad and isinstance(param, torch.nn.Parameter)
+
+
+# --- devices in one operation --------------------------------------------------------------------------------------
+
+
+@isolated
+def test_cpu_scalars_mix_with_hpu_tensors() -> None:
+    tensor = torch.arange(4.0, device="hpu")
+    assert (tensor + torch.tensor(1.0)).cpu().tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert (tensor * 2).device.type == "hpu"
+    assert torch.where(tensor > 1, tensor, torch.tensor(0.0)).cpu().tolist() == [0.0, 0.0, 2.0, 3.0]
+    # Indexing with host indices is allowed, as on real devices.
+    assert tensor[torch.tensor([0, 3])].cpu().tolist() == [0.0, 3.0]
+
+
+@isolated
+def test_mixing_hpu_and_cpu_tensors_is_torchs_device_error() -> None:
+    on_hpu = torch.ones(3, device="hpu")
+    on_cpu = torch.ones(3)
+    expected = re.escape("Expected all tensors to be on the same device, but found at least two devices, hpu:0 and cpu")
+    with pytest.raises(RuntimeError, match=expected):
+        on_hpu + on_cpu
+    with pytest.raises(RuntimeError, match=expected):
+        on_cpu * on_hpu
+    with pytest.raises(RuntimeError, match=expected):
+        torch.nn.functional.linear(torch.ones(2, 3), torch.ones(4, 3, device="hpu"))
+    with pytest.raises(RuntimeError, match=expected):
+        torch.cat([on_hpu, on_cpu])
+    with pytest.raises(RuntimeError, match=expected):
+        on_hpu.add_(on_cpu)
+
+
+# --- randomness ------------------------------------------------------------------------------------------------------
+
+
+@isolated
+def test_manual_seed_makes_hpu_random_numbers_reproducible() -> None:
+    torch.manual_seed(123)
+    first = torch.randn(5, device="hpu").cpu()
+    dropped = torch.nn.functional.dropout(torch.ones(100, device="hpu"), 0.5).cpu()
+    torch.manual_seed(123)
+    assert torch.equal(torch.randn(5, device="hpu").cpu(), first)
+    assert torch.equal(torch.nn.functional.dropout(torch.ones(100, device="hpu"), 0.5).cpu(), dropped)
+    # On the CPU backing the emulated HPU draws from the CPU generator (documented in _emulator.device).
+    torch.manual_seed(123)
+    assert torch.equal(torch.randn(5), first)
+    torch.hpu.manual_seed_all(7)
+    state = torch.hpu.get_rng_state()
+    again = torch.rand(3, device="hpu").cpu()
+    torch.hpu.set_rng_state(state)
+    assert torch.equal(torch.rand(3, device="hpu").cpu(), again)
+
+
+# --- serialization ---------------------------------------------------------------------------------------------------
+
+
+@isolated
+def test_save_and_load_through_the_host() -> None:
+    tensor = torch.randn(3, 4, device="hpu")
+    buffer = io.BytesIO()
+    torch.save({"t": tensor, "n": 3}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer)
+    assert loaded["t"].device == torch.device("hpu", 0) and torch.equal(loaded["t"].cpu(), tensor.cpu())
+    buffer.seek(0)
+    on_host = torch.load(buffer, map_location="cpu")
+    assert on_host["t"].device == torch.device("cpu") and torch.equal(on_host["t"], tensor.cpu())
+
+
+@isolated
+def test_state_dict_round_trip(tmp_path: Path) -> None:
+    model = _mlp(seed=3).to("hpu")
+    path = tmp_path / "model.pt"
+    torch.save(model.state_dict(), path)
+    host_state = torch.load(path, map_location="cpu")
+    assert all(value.device.type == "cpu" for value in host_state.values())
+    reference = _mlp(seed=3)
+    for key, value in reference.state_dict().items():
+        assert torch.equal(host_state[key], value), key
+    # Loading a host state dict into a model on "hpu" copies onto the device.
+    target = _mlp(seed=99).to("hpu")
+    target.load_state_dict(host_state)
+    for key, value in target.state_dict().items():
+        assert value.device.type == "hpu" and torch.equal(value.cpu(), host_state[key]), key
+    # And a state dict saved from "hpu" loads onto "hpu" without map_location.
+    restored = torch.load(path)
+    assert all(value.device.type == "hpu" for value in restored.values())
+
+
+# --- memory accounting -----------------------------------------------------------------------------------------------
+
+
+@isolated
+def test_memory_accounting_is_exact() -> None:
+    from lightning_accel.habana._emulator.device import memory_snapshot, reset_peak
+
+    before = memory_snapshot()
+    tensor = torch.empty(MIB // 4, dtype=torch.float32, device="hpu")  # exactly 1 MiB
+    during = memory_snapshot("hpu")
+    assert during.in_use - before.in_use == MIB
+    assert during.num_allocs - before.num_allocs == 1
+    assert during.active_allocs - before.active_allocs == 1
+    assert during.max_alloc_size >= MIB and during.max_in_use >= during.in_use
+    assert during.limit > 0
+    # Views and in-place operations allocate nothing.
+    view = tensor[: MIB // 8]
+    view.fill_(1.0)
+    tensor.mul_(2)
+    assert memory_snapshot(0).in_use == during.in_use
+    assert memory_snapshot(0).num_allocs == during.num_allocs
+    # An operation's result is one allocation of its exact size.
+    doubled = tensor[:1024] * 2
+    assert memory_snapshot().in_use - during.in_use == 1024 * 4
+    del doubled
+    del view, tensor
+    after = memory_snapshot()
+    assert after.in_use == before.in_use
+    assert after.num_frees - before.num_frees == 2
+    assert after.max_in_use >= before.in_use + MIB
+    reset_peak()
+    assert memory_snapshot().max_in_use == after.in_use
+    # Host tensors are not device memory.
+    host = torch.empty(MIB)
+    assert memory_snapshot().in_use == after.in_use
+    del host
+
+
+@isolated
+def test_memory_accounting_sees_tensors_held_by_autograd() -> None:
+    from lightning_accel.habana._emulator.device import memory_snapshot
+
+    weight = torch.randn(256, 256, device="hpu", requires_grad=True)
+    start = memory_snapshot().in_use
+    hidden = torch.relu(torch.randn(64, 256, device="hpu") @ weight)  # relu keeps its output for backward
+    loss = hidden.sum()
+    held = memory_snapshot().in_use
+    assert held > start
+    del hidden
+    # Still referenced by autograd's saved tensors: not freed.
+    assert memory_snapshot().in_use >= held - 4
+    loss.backward()
+    del loss
+    assert weight.grad is not None
+    assert memory_snapshot().in_use == start + 256 * 256 * 4  # only the gradient is left
+
+
+# --- collectives -----------------------------------------------------------------------------------------------------
+
+_ALL_REDUCE_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    import torch
+    import torch.distributed as dist
+    from lightning_accel.habana._emulator.device import install
+    install()
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    tensor = torch.full((4,), float(rank + 1), device="hpu")
+    dist.all_reduce(tensor)
+    assert tensor.device.type == "hpu", tensor.device
+    assert tensor.cpu().tolist() == [3.0] * 4, tensor.cpu().tolist()
+    gathered = [torch.zeros(2, device="hpu") for _ in range(2)]
+    dist.all_gather(gathered, torch.full((2,), float(rank), device="hpu"))
+    assert [g.cpu().tolist() for g in gathered] == [[0.0, 0.0], [1.0, 1.0]]
+    source = torch.arange(3.0, device="hpu") if rank == 0 else torch.zeros(3, device="hpu")
+    dist.broadcast(source, src=0)
+    assert source.cpu().tolist() == [0.0, 1.0, 2.0]
+    dist.barrier()
+    dist.destroy_process_group()
+    print("ok", rank)
+    """
+)
+
+
+@isolated
+def test_gloo_collectives_on_hpu_tensors() -> None:
+    port = str(free_port())
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _ALL_REDUCE_SCRIPT],
+            env={**env, "RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [proc.communicate(timeout=240)[0] for proc in procs]
+    for rank, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"rank {rank}:\n{output}"
+        assert f"ok {rank}" in output
