@@ -34,18 +34,7 @@ def _check_same_training(results: list[dict[str, Any]], world_size: int) -> None
             assert torch.equal(other["state_dict"][name], tensor), f"{name} differs across ranks"
 
 
-@pytest.mark.parametrize(
-    "by_name",
-    [
-        False,
-        pytest.param(
-            True,
-            marks=pytest.mark.skipif(
-                "hpu" not in pl.accelerators.AcceleratorRegistry, reason="core registration not available yet"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("by_name", [False, True], ids=["instances", "by-name"])
 def test_two_processes_train_in_lockstep(tmp_path: Path, by_name: bool) -> None:
     env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     command = [PYTHON, SCRIPT, "--out", str(tmp_path), "--devices", "2"] + (["--by-name"] if by_name else [])
@@ -70,3 +59,28 @@ def test_two_nodes_train_together(tmp_path: Path) -> None:
     results = _results(tmp_path, 2)
     _check_same_training(results, 2)
     assert [r["node_rank"] for r in results] == [0, 1]
+
+
+@pytest.mark.parametrize("tree", ["trainer", "fabric"])
+def test_a_non_hpu_accelerator_is_refused_instead_of_training_elsewhere(tree: str, tmp_path: Path) -> None:
+    from lightning_accel.core.errors import ConfigurationError
+
+    match = r"HPUParallelStrategy runs on HPUs, but the accelerator is CPUAccelerator\. Accepted: accelerator='hpu'"
+    if tree == "trainer":
+        from lightning.pytorch.demos.boring_classes import BoringModel
+
+        from lightning_accel.habana import HPUParallelStrategy
+
+        trainer = pl.Trainer(
+            accelerator="cpu", strategy=HPUParallelStrategy(), devices=1, max_steps=1, default_root_dir=tmp_path
+        )
+        with pytest.raises(ConfigurationError, match=match):
+            trainer.fit(BoringModel())
+    else:
+        from lightning.fabric import Fabric
+
+        from lightning_accel.habana.fabric import HPUParallelStrategy as FabricHPUParallelStrategy
+
+        fabric = Fabric(accelerator="cpu", strategy=FabricHPUParallelStrategy(), devices=1)
+        with pytest.raises(ConfigurationError, match=match):
+            fabric.launch()

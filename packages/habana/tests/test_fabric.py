@@ -14,7 +14,7 @@ from lightning_accel.habana._emulator import core as emulated_core
 from lightning_accel.habana.fabric import HPUAccelerator, HPUCheckpointIO, SingleHPUStrategy
 
 
-def test_single_device_training_converges_and_marks_steps(tmp_path: Path) -> None:
+def test_single_device_training_converges_and_marks_steps(tmp_path: Path, lazy_mode: None) -> None:
     fabric = Fabric(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(), devices=1)
     fabric.seed_everything(0)
     assert fabric.device == torch.device("cpu")

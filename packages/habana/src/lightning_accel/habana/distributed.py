@@ -3,6 +3,9 @@
 The Trainer and Fabric HPU strategies are made of these; a strategy built on another Lightning strategy (such as
 lightning-accel-deepspeed-hpu's ``HPUDeepSpeedStrategy``) reuses them instead of copying them:
 
+- :class:`HCCLStrategyMixin`: everything HPU-specific of a data-parallel strategy (accelerator check, root device,
+  joining the ``"hccl"`` process group without an index-less ``device_id``, reductions, teardown), written once for
+  the Trainer, Fabric and DeepSpeed strategies;
 - :class:`HCCLEnvironment`: join HCCL as an HPU process, and undo what that writes to the environment on teardown;
 - :func:`all_reduce` / :func:`resolve_reduce_op`: all-reduce with the operations HCCL supports (it has no average,
   so the mean is a sum divided by the world size);
@@ -24,10 +27,12 @@ Example:
 from ._collectives import all_reduce, resolve_reduce_op
 from ._devices import parallel_root_device
 from ._distributed_env import HCCLEnvironment
+from ._hccl_strategy import HCCLStrategyMixin
 from ._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation, mark_step
 
 __all__ = [
     "HCCLEnvironment",
+    "HCCLStrategyMixin",
     "MarkStepAfterUpdates",
     "MarkStepAroundEvaluation",
     "all_reduce",

@@ -11,9 +11,8 @@ from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from typing_extensions import override
 
 from .. import sdk
-from .._collectives import all_reduce
-from .._devices import RootDevice, parallel_root_device
-from .._distributed_env import HCCLEnvironment
+from .._devices import RootDevice
+from .._hccl_strategy import HCCLStrategyMixin
 from .._lazy import MarkStepAfterUpdates
 from .._strategy_defaults import HPUCheckpointIODefault
 from .precision import HPUPrecision
@@ -77,7 +76,9 @@ class SingleHPUStrategy(_HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAft
         strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)
 
 
-class HPUParallelStrategy(_HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, DDPStrategy):
+class HPUParallelStrategy(
+    HCCLStrategyMixin, _HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, DDPStrategy
+):
     """Fabric data parallel over HCCL (``strategy="hpu_parallel"``, also ``"hpu_ddp"``).
 
     ``fabric.all_reduce`` supports sum, mean, min and max.
@@ -115,39 +116,6 @@ class HPUParallelStrategy(_HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepA
             start_method=start_method,
             **kwargs,
         )
-        self._hccl = HCCLEnvironment()
-
-    @property
-    @override
-    def root_device(self) -> torch.device:
-        """The device of this process's HPU, mapped to its backing under emulation."""
-        return parallel_root_device(self.parallel_devices, self.local_rank)
-
-    @override
-    def setup_environment(self) -> None:
-        """Register ``"hccl"`` and set up this rank's HPU environment before joining the process group."""
-        self._hccl.initialize(self.world_size, self.global_rank, self.local_rank)
-        super().setup_environment()
-
-    @override
-    def _determine_ddp_device_ids(self) -> list[int] | None:
-        # The HPU runtime gives each process one device, so DDP must not pin device ids.
-        return None
-
-    @override
-    def all_reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
-        """Reduce a tensor over all processes with ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``.
-
-        Raises:
-            ConfigurationError: For any other ``reduce_op``.
-        """
-        return all_reduce(tensor, group=group, reduce_op=reduce_op)
-
-    @override
-    def teardown(self) -> None:
-        """Tear down DDP and undo the environment variables the HPU set-up wrote."""
-        super().teardown()
-        self._hccl.restore()
 
     @classmethod
     @override

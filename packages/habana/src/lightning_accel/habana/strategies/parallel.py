@@ -12,9 +12,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from typing_extensions import override
 
 from .. import sdk
-from .._collectives import all_reduce
-from .._devices import parallel_root_device
-from .._distributed_env import HCCLEnvironment
+from .._hccl_strategy import HCCLStrategyMixin
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from .._strategy_defaults import HPUCheckpointIODefault
 from ._precision import HPUPrecisionSetter
@@ -28,13 +26,20 @@ __all__ = ["HPUParallelStrategy"]
 
 
 class HPUParallelStrategy(
-    HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, MarkStepAroundEvaluation, DDPStrategy
+    HCCLStrategyMixin,
+    HPUPrecisionSetter,
+    HPUCheckpointIODefault,
+    MarkStepAfterUpdates,
+    MarkStepAroundEvaluation,
+    DDPStrategy,
 ):
     """Distributed data parallel over HCCL (``strategy="hpu_parallel"``, also ``"hpu_ddp"``).
 
     One process per HPU; several nodes through ``num_nodes`` and Lightning's cluster environments (the variables
     ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``; torchrun; SLURM). ``reduce`` supports sum, mean,
-    min and max. Evaluation runs under ``torch.no_grad``.
+    min and max. Evaluation runs under ``torch.no_grad``. The HPU set-up, the process group (joined without an
+    index-less ``device_id``), reductions and teardown come from
+    :class:`~lightning_accel.habana.distributed.HCCLStrategyMixin`; a non-HPU accelerator is refused.
 
     Args:
         accelerator: The accelerator (normally set by the Trainer).
@@ -90,40 +95,6 @@ class HPUParallelStrategy(
             start_method=start_method,
             **kwargs,
         )
-        self._hccl = HCCLEnvironment()
-
-    @property
-    @override
-    def root_device(self) -> torch.device:
-        """The device of this process's HPU: ``parallel_devices[local_rank]``, mapped to its backing under emulation."""
-        return parallel_root_device(self.parallel_devices, self.local_rank)
-
-    @override
-    def determine_ddp_device_ids(self) -> list[int] | None:
-        """None: the HPU runtime gives each process one device, so DDP must not pin device ids."""
-        return None
-
-    @override
-    def setup_distributed(self) -> None:
-        """Register ``"hccl"``, set up the HPU environment of this rank, then join the process group."""
-        self.set_world_ranks()
-        self._hccl.initialize(self.world_size, self.global_rank, self.local_rank)
-        super().setup_distributed()
-
-    @override
-    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
-        """Reduce a tensor over all processes with ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``.
-
-        Raises:
-            ConfigurationError: For any other ``reduce_op``.
-        """
-        return all_reduce(tensor, group=group, reduce_op=reduce_op)
-
-    @override
-    def teardown(self) -> None:
-        """Tear down DDP and undo the environment variables the HPU set-up wrote."""
-        super().teardown()
-        self._hccl.restore()
 
     @classmethod
     @override

@@ -1,0 +1,134 @@
+"""The HPU part of a data-parallel strategy, written once for the Trainer, Fabric and DeepSpeed strategies.
+
+Every multi-HPU strategy of lightning-accel is a Lightning strategy (``DDPStrategy`` of either tree, or
+``DeepSpeedStrategy``) with this mixin in front. It owns what differs on Gaudi:
+
+- the accelerator must be the HPU accelerator (a silent run on another device is refused);
+- the root device is this process's HPU among ``parallel_devices``;
+- joining the process group: the SDK's ``initialize_distributed_hpu`` first (it registers ``"hccl"`` and sets up the
+  rank's module), then ``init_process_group`` **without** ``device_id``. Lightning passes ``device_id=root_device``
+  for any non-CPU device, but on Gaudi the root device is ``torch.device("hpu")`` without an index (the runtime
+  gives each process its module), and torch refuses an index-less ``device_id`` ("Please use a device_id with
+  index", ``torch.distributed.distributed_c10d.init_process_group``); the archived lightning-habana left it out too;
+- DDP must not pin device ids;
+- reductions with the operations HCCL supports (no average: the mean is sum / world size);
+- teardown restores the environment variables the HPU set-up wrote.
+
+The mixin imports no Lightning tree of its own, so it fits ``lightning.pytorch``, ``lightning.fabric`` and their
+``pytorch_lightning`` twins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_accel.core.errors import ConfigurationError
+
+from . import sdk
+from ._collectives import all_reduce
+from ._devices import parallel_root_device
+from ._distributed_env import HCCLEnvironment
+
+__all__ = ["HCCLStrategyMixin"]
+
+
+class HCCLStrategyMixin:
+    """Mixin for a data-parallel strategy over HCCL; put it before the Lightning strategy it specialises.
+
+    Example:
+        >>> from lightning.pytorch.strategies import DDPStrategy
+        >>> from lightning_accel.habana.distributed import HCCLStrategyMixin
+        >>> class MyHPUStrategy(HCCLStrategyMixin, DDPStrategy):
+        ...     pass
+    """
+
+    # Provided by the Lightning strategy the mixin is combined with.
+    parallel_devices: list[torch.device] | None
+    cluster_environment: Any
+    _process_group_backend: str | None
+    _timeout: Any
+
+    @property
+    def _hccl(self) -> HCCLEnvironment:
+        hccl = self.__dict__.get("_hccl_environment")
+        if hccl is None:
+            hccl = self.__dict__["_hccl_environment"] = HCCLEnvironment()
+        return hccl
+
+    @property
+    def root_device(self) -> torch.device:
+        """This process's HPU: ``parallel_devices[local_rank]``."""
+        return parallel_root_device(self.parallel_devices, self.local_rank)  # type: ignore[attr-defined]
+
+    def _check_hpu_accelerator(self) -> None:
+        accelerator = self.accelerator  # type: ignore[attr-defined]
+        name = getattr(type(accelerator), "name", None)
+        if not callable(name) or name() != sdk.DEVICE_TYPE:
+            raise ConfigurationError(
+                f"{type(self).__name__} runs on HPUs, but the accelerator is {type(accelerator).__name__}. Accepted: "
+                f"accelerator='hpu' (or an HPUAccelerator instance). To train on another device, use that device's "
+                "strategy (e.g. strategy='ddp' with accelerator='cpu')."
+            )
+
+    def setup_environment(self) -> None:
+        """Refuse a non-HPU accelerator, then set up as the Lightning strategy does.
+
+        Raises:
+            ConfigurationError: When the accelerator is not the HPU accelerator.
+        """
+        self._check_hpu_accelerator()
+        super().setup_environment()  # type: ignore[misc]
+
+    def _join_hccl(self, world_size: int, global_rank: int, local_rank: int) -> None:
+        # Imported here: this module must not import a Lightning tree of its own at import time.
+        from lightning_accel.core.compat import init_dist_connection
+
+        self._hccl.initialize(world_size, global_rank, local_rank)
+        backend = self._process_group_backend or sdk.distributed_backend()
+        init_dist_connection(self.cluster_environment, backend, timeout=self._timeout)
+
+    def setup_distributed(self) -> None:
+        """(Trainer) Join the ``"hccl"`` process group as Lightning's DDP does, without an index-less ``device_id``."""
+        from lightning.fabric.utilities.seed import reset_seed
+
+        reset_seed()
+        self.set_world_ranks()  # type: ignore[attr-defined]
+        self._process_group_backend = self._get_process_group_backend()  # type: ignore[attr-defined]
+        self._join_hccl(self.world_size, self.global_rank, self.local_rank)  # type: ignore[attr-defined]
+
+    def _setup_distributed(self) -> None:
+        # (Fabric) As Lightning's Fabric DDP does, without an index-less device_id.
+        self._set_world_ranks()  # type: ignore[attr-defined]
+        self._process_group_backend = self._get_process_group_backend()  # type: ignore[attr-defined]
+        self._join_hccl(self.world_size, self.global_rank, self.local_rank)  # type: ignore[attr-defined]
+
+    def determine_ddp_device_ids(self) -> list[int] | None:
+        """(Trainer) None: the HPU runtime gives each process one device, so DDP must not pin device ids."""
+        return None
+
+    def _determine_ddp_device_ids(self) -> list[int] | None:
+        # (Fabric) The same rule under Fabric's name.
+        return None
+
+    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
+        """(Trainer) Reduce a tensor over all processes with ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``.
+
+        Raises:
+            ConfigurationError: For any other ``reduce_op``.
+        """
+        return all_reduce(tensor, group=group, reduce_op=reduce_op)
+
+    def all_reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
+        """(Fabric) Reduce a tensor over all processes with ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``.
+
+        Raises:
+            ConfigurationError: For any other ``reduce_op``.
+        """
+        return all_reduce(tensor, group=group, reduce_op=reduce_op)
+
+    def teardown(self) -> None:
+        """Tear down as the Lightning strategy does, then undo the environment variables the HPU set-up wrote."""
+        super().teardown()  # type: ignore[misc]
+        self._hccl.restore()
