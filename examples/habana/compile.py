@@ -1,7 +1,8 @@
-"""torch.compile with the HPU backends (seed: 'Using torch.compile').
+"""torch.compile with the HPU backend (seed: 'Using torch.compile').
 
 Run: LIGHTNING_ACCEL_EMULATE=hpu python examples/habana/compile.py
-(On the emulator the backends compile with TorchInductor for the backing device; the first step takes a while.)
+torch.compile needs the SDK's eager mode (PT_HPU_LAZY_MODE=0, the default since SDK 1.21). On the emulator the backend
+compiles with TorchInductor for the backing device; the first step takes a while.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import torch.nn.functional as F
 from lightning.pytorch import LightningModule, Trainer
 from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
-
-from lightning_accel.habana import aot_hpu_inference_backend, hpu_backend
 
 
 class Classifier(LightningModule):
@@ -40,9 +39,8 @@ def main() -> None:
     x = torch.tensor(features / 16.0, dtype=torch.float32)
     y = torch.tensor(labels)
     model = Classifier()
-    # backend="hpu_backend" (a string) works too once the SDK is loaded, e.g. after HPUAccelerator() or
-    # `from lightning_accel.habana.sdk import htcore`.
-    compiled_train_model = torch.compile(model, backend=hpu_backend)
+    # torch lists "hpu_backend" from lightning-accel-habana's entry points: no HPU code has to run first.
+    compiled_train_model = torch.compile(model, backend="hpu_backend")
     trainer = Trainer(
         accelerator="hpu", devices=1, max_epochs=3, logger=False, enable_checkpointing=False, enable_model_summary=False
     )
@@ -51,7 +49,7 @@ def main() -> None:
     # A fresh module for inference: the trained one carries Lightning's compile bookkeeping.
     eval_model = Classifier().net
     eval_model.load_state_dict(model.net.state_dict())
-    compiled_eval_model = torch.compile(eval_model.eval(), backend=aot_hpu_inference_backend)
+    compiled_eval_model = torch.compile(eval_model.eval(), backend="hpu_backend")
     with torch.no_grad():
         accuracy = (compiled_eval_model(x).argmax(dim=1) == y).float().mean().item()
     print(f"accuracy of the compiled inference model: {accuracy:.3f}")

@@ -1,9 +1,15 @@
 """HPU graphs (seed: 'Using HPU Graphs'): capture-and-replay training, ModuleCacher, and graphed prediction.
 
 Run: LIGHTNING_ACCEL_EMULATE=hpu python examples/habana/hpu_graphs.py
+HPU graphs exist in the SDK's lazy mode only (PT_HPU_LAZY_MODE=1), which the SDK reads when it loads: this script sets
+it before torch (and with it the SDK) is imported, unless the environment already says otherwise.
 """
 
 from __future__ import annotations
+
+import os
+
+os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
 
 from typing import Any
 

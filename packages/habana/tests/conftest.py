@@ -25,3 +25,40 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     yield monkeypatch
     monkeypatch.undo()
     reset_emulation_settings()
+
+
+def _switch_emulated_mode(lazy: bool) -> bool:
+    """On the emulator, load the SDK in the other mode; returns the mode it had. Emulator only."""
+    from lightning_accel.habana._emulator import core as emulated_core
+
+    before = emulated_core.is_lazy()
+    emulated_core.load_mode(lazy)
+    return before
+
+
+def _mode_fixture(lazy: bool) -> Iterator[None]:
+    from lightning_accel.habana import sdk
+
+    if not sdk.is_emulated():
+        # A real SDK has one mode per process, chosen by PT_HPU_LAZY_MODE at start: nox runs the suite in both.
+        if bool(sdk.htcore.is_lazy()) is not lazy:
+            pytest.skip(f"needs PT_HPU_LAZY_MODE={int(lazy)} when the SDK loads")
+        yield
+        return
+    before = _switch_emulated_mode(lazy)
+    try:
+        yield
+    finally:
+        _switch_emulated_mode(before)
+
+
+@pytest.fixture
+def lazy_mode() -> Iterator[None]:
+    """The SDK in lazy mode (``PT_HPU_LAZY_MODE=1``): mark_step builds graphs, the HPU graph APIs are exported."""
+    yield from _mode_fixture(True)
+
+
+@pytest.fixture
+def eager_mode() -> Iterator[None]:
+    """The SDK in eager mode (``PT_HPU_LAZY_MODE=0``, the default since 1.21): torch.compile, no graph APIs."""
+    yield from _mode_fixture(False)

@@ -3,30 +3,52 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 import torch
+from _habana_helpers import PYTHON, script_env
 
 from lightning_accel.habana import sdk
 from lightning_accel.habana._emulator import core as emulated_core
 
-
-def test_lazy_mode_is_default_and_pt_hpu_lazy_mode_0_is_eager(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.delenv("PT_HPU_LAZY_MODE", raising=False)
-    assert sdk.htcore.is_lazy() is True
-    clean_env.setenv("PT_HPU_LAZY_MODE", "0")
-    assert sdk.htcore.is_lazy() is False
-    clean_env.setenv("PT_HPU_LAZY_MODE", "1")
-    assert sdk.htcore.is_lazy() is True
+_MODE_PROBE = (
+    "import habana_frameworks.torch.core as htcore, habana_frameworks.torch.hpu as hpu\n"
+    "print(htcore.is_lazy(), hasattr(hpu, 'wrap_in_hpu_graph'), hasattr(hpu, 'HPUGraph'))\n"
+    "import os; os.environ['PT_HPU_LAZY_MODE'] = '1' if not htcore.is_lazy() else '0'\n"
+    "print(htcore.is_lazy())\n"
+)
 
 
-def test_mark_step_counts_only_in_lazy_mode(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.setenv("PT_HPU_LAZY_MODE", "1")
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, "False False False\nFalse"), ("0", "False False False\nFalse"), ("1", "True True True\nTrue")],
+)
+def test_the_mode_is_read_once_at_load_eager_by_default_graph_apis_only_when_lazy(
+    value: str | None, expected: str
+) -> None:
+    env = script_env()
+    env.pop("PT_HPU_LAZY_MODE", None)
+    if value is not None:
+        env["PT_HPU_LAZY_MODE"] = value
+    done = subprocess.run([PYTHON, "-c", _MODE_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == expected
+
+
+def test_an_invalid_mode_is_refused_at_load_naming_the_variable() -> None:
+    env = script_env(PT_HPU_LAZY_MODE="lazy")
+    done = subprocess.run([PYTHON, "-c", _MODE_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "PT_HPU_LAZY_MODE='lazy' is not a mode. Accepted: '0'" in done.stderr
+
+
+def test_mark_step_counts_only_in_lazy_mode(lazy_mode: None) -> None:
     before = emulated_core.marked_steps()
     sdk.htcore.mark_step()
     sdk.htcore.mark_step(sync=True)
     assert emulated_core.marked_steps() == before + 2
-    clean_env.setenv("PT_HPU_LAZY_MODE", "0")
+    emulated_core.load_mode(False)
     sdk.htcore.mark_step()
     assert emulated_core.marked_steps() == before + 2
 

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from _habana_helpers import PYTHON, SCRIPTS, digits_classifier, digits_loaders, free_port, script_env
 from lightning.pytorch import Trainer
 from lightning.pytorch.profilers import PyTorchProfiler
 from torch.profiler import ProfilerActivity
 
+from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.habana import HPUProfiler
 from lightning_accel.habana import profiler as profiler_module
 
@@ -31,9 +34,38 @@ def _names(data: dict[str, Any]) -> set[str]:
 
 def test_importable_from_both_paths_and_a_pytorch_profiler() -> None:
     assert profiler_module.HPUProfiler is HPUProfiler
-    profiler = HPUProfiler()
-    assert isinstance(profiler, PyTorchProfiler)
-    assert profiler._profiler_kwargs["activities"] == [ProfilerActivity.CPU]  # CPU backing: the backing device
+    assert isinstance(HPUProfiler(), PyTorchProfiler)
+
+
+def test_activities_are_resolved_when_profiling_starts_after_the_sdk_swapped_the_enum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The SDK replaces torch.profiler.ProfilerActivity with its own enum when it loads; a profiler built earlier
+    # must still hand the profile the members of the enum in force.
+    class SwappedActivity(enum.Enum):
+        CPU = 0
+        HPU = 1
+
+    requested = HPUProfiler(activities=[ProfilerActivity.CPU])
+    default = HPUProfiler()
+    monkeypatch.setattr(torch.profiler, "ProfilerActivity", SwappedActivity)
+    monkeypatch.setattr(profiler_module.sdk, "profiler_activities", lambda: [SwappedActivity.CPU, SwappedActivity.HPU])
+    created: list[Any] = []
+
+    class RecordingProfile:
+        def __init__(self, activities: Any = None) -> None:
+            created.append(activities)
+
+        def __exit__(self, *args: Any) -> None:
+            pass
+
+    monkeypatch.setattr(torch.profiler, "profile", RecordingProfile)
+    for profiler in (requested, default):
+        profiler._create_profilers()
+    assert created == [[SwappedActivity.CPU], [SwappedActivity.CPU, SwappedActivity.HPU]]
+    unknown = HPUProfiler(activities=[ProfilerActivity.XPU])
+    with pytest.raises(ConfigurationError, match=r"'XPU' is not a torch.profiler.ProfilerActivity of this process"):
+        unknown._create_profilers()
 
 
 def test_default_profiling_writes_a_trace_and_summary_is_the_operator_table(tmp_path: Path) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
 from _habana_helpers import PYTHON, script_env
 
+from lightning_accel.core.emulation import follow_emulated_sdk_names, reset_emulation_settings
 from lightning_accel.core.errors import DeviceUnavailableError
 from lightning_accel.habana import HPUAccelerator, sdk
 from lightning_accel.habana.availability import availability
@@ -19,12 +22,28 @@ UNAVAILABLE = (
     "LIGHTNING_ACCEL_EMULATE_BACKEND=cuda)."
 )
 
-needs_no_sdk = pytest.mark.skipif(sdk.is_sdk_installed(), reason="the Habana SDK is installed here")
 
-
-@needs_no_sdk
-def test_without_sdk_and_emulation_the_error_says_how_to_enable_the_emulator(clean_env: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def without_sdk(clean_env: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """Emulation off, and no SDK importable, as on a machine without the Gaudi software stack (even on one with it)."""
     clean_env.setenv("LIGHTNING_ACCEL_EMULATE", "0")
+    reset_emulation_settings()
+    follow_emulated_sdk_names()  # the emulator's modules leave the SDK's names
+    loaded = {name: module for name, module in sys.modules.items() if name.split(".")[0] == sdk.SDK_PACKAGE}
+    for name in loaded:
+        del sys.modules[name]
+    clean_env.setitem(sys.modules, sdk.SDK_PACKAGE, None)  # None in sys.modules: not importable, not found
+    try:
+        yield clean_env
+    finally:
+        clean_env.undo()
+        sys.modules.update(loaded)
+        reset_emulation_settings()
+        follow_emulated_sdk_names()
+
+
+def test_without_sdk_and_emulation_the_error_says_how_to_enable_the_emulator(without_sdk: pytest.MonkeyPatch) -> None:
+    assert sdk.is_sdk_installed() is False
     with pytest.raises(DeviceUnavailableError) as info:
         sdk.require()
     assert str(info.value) == UNAVAILABLE
@@ -39,11 +58,9 @@ def test_without_sdk_and_emulation_the_error_says_how_to_enable_the_emulator(cle
     assert "LIGHTNING_ACCEL_EMULATE=hpu" in state.reason
 
 
-@needs_no_sdk
-def test_trainer_without_sdk_and_emulation_fails_with_the_fix(clean_env: pytest.MonkeyPatch) -> None:
+def test_trainer_without_sdk_and_emulation_fails_with_the_fix(without_sdk: pytest.MonkeyPatch) -> None:
     from lightning.pytorch import Trainer
 
-    clean_env.setenv("LIGHTNING_ACCEL_EMULATE", "0")
     with pytest.raises(DeviceUnavailableError, match="set the environment variable LIGHTNING_ACCEL_EMULATE=hpu"):
         Trainer(accelerator=HPUAccelerator(), devices=1)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning.pytorch as pl
 import pytest
 import torch
 from _habana_helpers import digits_classifier, digits_loaders
@@ -15,10 +14,6 @@ from lightning.pytorch.loggers import Logger
 import lightning_accel.habana  # noqa: F401  (registers the plugins before the registry is inspected)
 from lightning_accel.habana import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy
 from lightning_accel.habana._emulator import core as emulated_core
-
-registered = pytest.mark.skipif(
-    "hpu" not in pl.accelerators.AcceleratorRegistry, reason="core registration not available yet"
-)
 
 QUIET: dict[str, Any] = {"enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
 
@@ -47,8 +42,7 @@ def test_evaluation_runs_under_no_grad_not_inference_mode() -> None:
     assert set(model.eval_grad_modes) == {(False, False)}
 
 
-def test_lazy_mode_marks_steps_after_backward_optimizer_and_around_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
+def test_lazy_mode_marks_steps_after_backward_optimizer_and_around_evaluation(lazy_mode: None) -> None:
     model = digits_classifier()
     train, val = digits_loaders()
     trainer = Trainer(
@@ -68,7 +62,7 @@ def test_lazy_mode_marks_steps_after_backward_optimizer_and_around_evaluation(mo
     trainer.validate(model, val, verbose=False)
     # 2 validation steps x (before + after).
     assert emulated_core.marked_steps() - before == 2 * 2
-    monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")
+    emulated_core.load_mode(False)  # an SDK loaded in eager mode: mark_step does nothing
     before = emulated_core.marked_steps()
     trainer.validate(model, val, verbose=False)
     assert emulated_core.marked_steps() == before
@@ -82,7 +76,6 @@ def test_parallel_devices_given_as_hpu_are_accepted() -> None:
     assert strategy.root_device == torch.device("cpu")
 
 
-@registered
 def test_string_selection_single_device() -> None:
     trainer = Trainer(accelerator="hpu", devices=1, logger=False, **QUIET)
     assert isinstance(trainer.accelerator, HPUAccelerator)
@@ -94,7 +87,6 @@ def test_string_selection_single_device() -> None:
     assert trainer.callback_metrics["val_acc"] > 0.85
 
 
-@registered
 @pytest.mark.parametrize("name", ["hpu_parallel", "hpu_ddp"])
 def test_string_selection_parallel(name: str) -> None:
     trainer = Trainer(accelerator="hpu", strategy=name, devices=2, logger=False, **QUIET)

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from lightning_accel.core.emulation import EmulationSettings, emulation_settings
-from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError
+from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
 
@@ -22,6 +22,7 @@ __all__ = [
     "device_count",
     "device_name",
     "hpu_available",
+    "is_lazy",
     "parallel_devices",
     "parallel_root_device",
     "parse_devices",
@@ -34,12 +35,21 @@ _ACCEPTED = (
 
 
 def hpu_available() -> bool:
-    """Whether HPUs can be used here (hardware with the SDK, or the emulator); never raises."""
+    """Whether HPUs can be used here (hardware with the SDK, or the emulator); never raises.
+
+    A broken SDK counts as unavailable: it raises ``AssertionError`` at import when torch is not the build it was made
+    for, ``OSError`` when a shared library is missing, and anything else a C extension can raise while loading.
+    """
     try:
         sdk.require()
         return bool(sdk.hpu_module().is_available())
-    except (DeviceUnavailableError, ImportError):
+    except Exception:
         return False
+
+
+def is_lazy() -> bool:
+    """Whether the SDK runs in lazy mode (``PT_HPU_LAZY_MODE=1`` when it loaded); eager is the default since 1.21."""
+    return bool(sdk.core_module().is_lazy())
 
 
 def device_count() -> int:

@@ -12,7 +12,8 @@ from . import _devices, sdk
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
-    from lightning.fabric.accelerators.registry import _AcceleratorRegistry
+
+    from lightning_accel.core.compat import AcceleratorRegistryType
 
 __all__ = ["HPUAccelerator"]
 
@@ -86,6 +87,11 @@ class HPUAccelerator(Accelerator):
         return _devices.hpu_available()
 
     @staticmethod
+    def is_lazy() -> bool:
+        """Whether the SDK runs in lazy mode (``PT_HPU_LAZY_MODE=1``); eager is the SDK's default since 1.21."""
+        return _devices.is_lazy()
+
+    @staticmethod
     def get_device_name() -> str:
         """The device name the SDK reports (e.g. ``"GAUDI2"``; ``"GAUDI2 (emulated)"`` on the emulator)."""
         return _devices.device_name()
@@ -103,6 +109,6 @@ class HPUAccelerator(Accelerator):
 
     @classmethod
     @override
-    def register_accelerators(cls, accelerator_registry: _AcceleratorRegistry) -> None:
+    def register_accelerators(cls, accelerator_registry: AcceleratorRegistryType) -> None:
         """Register ``"hpu"`` (the core does this from the plugin spec; kept for Lightning's own convention)."""
         accelerator_registry.register(cls.name(), cls, description=cls.__name__, override=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 
 from lightning_accel.core.emulation import EMULATE_VAR, emulation_settings
 from lightning_accel.core.plugin import Availability
+
+from . import sdk
 
 __all__ = ["availability"]
 
@@ -42,7 +43,7 @@ def availability() -> Availability:
             f"{settings.backend}.",
             devices=settings.devices,
         )
-    sdk_installed = importlib.util.find_spec("habana_frameworks") is not None
+    sdk_installed = sdk.is_sdk_installed()
     devices = _hardware_device_count()
     if sdk_installed and devices:
         return Availability(

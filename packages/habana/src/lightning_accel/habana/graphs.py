@@ -36,8 +36,8 @@ class HPUGraphs(Callback):
         max_graphs: How many input shapes to keep graphs for (least recently used dropped); no limit when ``None``.
 
     Raises:
-        ConfigurationError: For an unknown stage or a bad ``max_graphs``, or when the model was compiled with
-            ``torch.compile`` (HPU graphs and compile cannot be combined).
+        ConfigurationError: For an unknown stage or a bad ``max_graphs``; at set-up, when the SDK runs in eager mode
+            or the model was compiled with ``torch.compile`` (HPU graphs and compile cannot be combined).
 
     Example:
         >>> from lightning.pytorch import Trainer
@@ -65,7 +65,14 @@ class HPUGraphs(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """Refuse a compiled model: HPU graphs and ``torch.compile`` cannot be combined."""
+        """Refuse eager mode (the SDK exports HPU graphs in lazy mode only) and a compiled model."""
+        if not sdk.core_module().is_lazy():
+            raise ConfigurationError(
+                "HPUGraphs needs the SDK's lazy mode: the HPU graph APIs exist only with PT_HPU_LAZY_MODE=1, and the "
+                "SDK runs in eager mode (PT_HPU_LAZY_MODE=0, the default since SDK 1.21). Set PT_HPU_LAZY_MODE=1 "
+                "before the process starts, or drop the callback and use torch.compile(model, backend='hpu_backend') "
+                "in eager mode."
+            )
         if getattr(pl_module, "_compiler_ctx", None) is not None:
             raise ConfigurationError(
                 "HPUGraphs got a model compiled with torch.compile. HPU graphs and torch.compile cannot be combined "
@@ -94,7 +101,8 @@ class HPUGraphs(Callback):
             pl_module.forward = original  # type: ignore[method-assign]
         else:
             pl_module.__dict__.pop("forward", None)
-        for name in ("clear_cache", "hpu_graph_cache"):
+        # What wrap_in_hpu_graph adds to the module (the SDK adds clear_inputs): left behind, it keeps the graphs alive.
+        for name in ("clear_cache", "clear_inputs", "hpu_graph_cache"):
             pl_module.__dict__.pop(name, None)
 
     @override

@@ -55,4 +55,6 @@ PLUGIN = PluginSpec(
         "16": "alias of 16-mixed",
         "bf16-true": "bfloat16 weights and computation",
     },
+    # Built and tested on Lightning 2.6 (the SDK's torch is current, so no older Lightning is needed).
+    lightning=">=2.6,<2.7",
 )

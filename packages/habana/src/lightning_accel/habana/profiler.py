@@ -7,7 +7,7 @@ from typing import Any
 
 from lightning.pytorch.profilers import PyTorchProfiler
 
-from lightning_accel.core.errors import DeviceUnavailableError
+from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError
 
 from . import sdk
 
@@ -22,6 +22,33 @@ def _activities() -> list[Any]:
         from torch.profiler import ProfilerActivity
 
         return [ProfilerActivity.CPU]
+
+
+def _current_activities(requested: list[Any] | None) -> list[Any]:
+    """The activities as members of the ``ProfilerActivity`` in force now.
+
+    The SDK replaces ``torch.profiler.ProfilerActivity`` (and ``profile``) with its own when it loads, and its
+    ``profile`` recognises only its own members: values taken before the SDK loaded (a profiler built before the
+    Trainer) would be dropped, HPU tracing with them. So the activities are looked up again, by name, when the
+    profiler is created.
+    """
+    if requested is None:
+        return _activities()
+    import torch.profiler
+
+    current = torch.profiler.ProfilerActivity
+    resolved = []
+    for activity in requested:
+        name = getattr(activity, "name", str(activity))
+        member = getattr(current, name, None)
+        if member is None:
+            known = ", ".join(sorted(m for m in dir(current) if m.isupper()))
+            raise ConfigurationError(
+                f"HPUProfiler(activities=[..., {activity!r}, ...]): {name!r} is not a torch.profiler.ProfilerActivity "
+                f"of this process. Accepted: {known}."
+            )
+        resolved.append(member)
+    return resolved
 
 
 class HPUProfiler(PyTorchProfiler):
@@ -53,5 +80,12 @@ class HPUProfiler(PyTorchProfiler):
     """
 
     def __init__(self, dirpath: str | Path | None = None, filename: str | None = None, **kwargs: Any) -> None:
-        kwargs.setdefault("activities", _activities())
+        requested = kwargs.get("activities")
+        self._requested_activities = None if requested is None else list(requested)
         super().__init__(dirpath=dirpath, filename=filename, **kwargs)
+
+    def _create_profilers(self) -> None:
+        # By now the accelerator has loaded the SDK, which may have swapped torch.profiler's activity enum.
+        if self.profiler is None:
+            self._profiler_kwargs["activities"] = _current_activities(self._requested_activities)
+        super()._create_profilers()

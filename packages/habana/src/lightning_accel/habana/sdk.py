@@ -1,17 +1,16 @@
 """The seam: the only module that imports the Habana SDK (``habana_frameworks``).
 
-It hands out the SDK's modules, or the package's emulator of them, and says what differs between the two (the
-device tensors live on, the distributed backend). Nothing is imported or probed until first use.
+It imports the SDK's modules by their real names and hands them out. Which SDK answers those names is decided by the
+environment, not here:
 
-Which one you get:
-
-* ``LIGHTNING_ACCEL_EMULATE=hpu`` (or ``all``): the emulator, even where the SDK is installed (an explicit request
-  wins, so that emulated runs can be compared with hardware runs on the same machine);
+* ``LIGHTNING_ACCEL_EMULATE=hpu`` (or ``all``): ``habana_frameworks.torch...`` resolves to the package's emulator
+  (lightning-accel-core's import aliases, declared in this distribution's entry points), even where the SDK is
+  installed: an explicit request wins, so that emulated runs can be compared with hardware runs on one machine;
 * otherwise, when ``habana_frameworks`` is installed: the real SDK;
 * otherwise: :class:`~lightning_accel.core.DeviceUnavailableError` saying how to install the SDK or turn the
   emulator on.
 
-User code written against the SDK runs unchanged on both through the lazy module attributes:
+User code written against the SDK runs unchanged on both, through the real names or the lazy module attributes:
 
 Example:
     >>> import os; os.environ["LIGHTNING_ACCEL_EMULATE"] = "hpu"
@@ -34,7 +33,12 @@ from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from lightning_accel.core.emulation import EMULATE_VAR, announce_emulation, emulation_settings
+from lightning_accel.core.emulation import (
+    EMULATE_VAR,
+    announce_emulation,
+    emulation_settings,
+    follow_emulated_sdk_names,
+)
 from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError
 
 if TYPE_CHECKING:
@@ -67,18 +71,18 @@ SDK_PACKAGE = "habana_frameworks"
 SDK_DISTRIBUTION = "habana-torch-plugin"
 DISTRIBUTED_BACKEND = "hccl"
 
-_EMULATOR = "lightning_accel.habana._emulator"
-_REAL = "habana_frameworks.torch"
+_TORCH_PACKAGE = "habana_frameworks.torch"
 
 # Lazy attributes: ``from lightning_accel.habana.sdk import htcore`` resolves the SDK at that statement.
-_LAZY_MODULES = {"htcore": "core", "hpu": "hpu", "hccl": "distributed.hccl", "hmp": "hpex.hmp", "ht": ""}
+_LAZY_MODULES = {"htcore": "core", "hpu": "hpu", "hccl": "distributed.hccl", "ht": ""}
 
 # The SDK reads custom autocast operator lists from these files when it is imported (not later).
 _AUTOCAST_LIST_VARS = ("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "PT_HPU_AUTOCAST_FP32_OPS_LIST")
 
 
 def is_sdk_installed() -> bool:
-    """Whether the ``habana_frameworks`` package can be imported (it is not imported)."""
+    """Whether ``habana_frameworks`` can be imported (the SDK, or the emulator when it is asked for); not imported."""
+    follow_emulated_sdk_names()
     return importlib.util.find_spec(SDK_PACKAGE) is not None
 
 
@@ -108,8 +112,8 @@ def require() -> None:
 
 def _module(relative: str) -> ModuleType:
     require()
-    base = _EMULATOR if is_emulated() else _REAL
-    return importlib.import_module(f"{base}.{relative}" if relative else base)
+    follow_emulated_sdk_names()
+    return importlib.import_module(f"{_TORCH_PACKAGE}.{relative}" if relative else _TORCH_PACKAGE)
 
 
 def ht_module() -> ModuleType:

@@ -12,19 +12,20 @@ SDK module                                Emulator module
 ``habana_frameworks.torch.distributed``   ``lightning_accel.habana._emulator.distributed``
 ``...distributed.hccl``                   ``lightning_accel.habana._emulator.distributed.hccl``
 ``...utils.library_loader``               ``lightning_accel.habana._emulator.utils.library_loader``
-``...hpex.hmp``                           ``lightning_accel.habana._emulator.hpex.hmp``
-``...dynamo.compile_backend``             ``lightning_accel.habana._emulator.dynamo``
+``...hpex``                               ``lightning_accel.habana._emulator.hpex``
+``...dynamo.compile_backend``             ``lightning_accel.habana._emulator.dynamo.compile_backend``
 ========================================  ==============================================
 
-As importing the SDK does, importing the emulator registers the ``torch.compile`` backends ``hpu_backend``,
-``aot_hpu_training_backend`` and ``aot_hpu_inference_backend``.
+With ``LIGHTNING_ACCEL_EMULATE=hpu`` the SDK's names resolve to these modules (the same module objects): the
+distribution declares ``habana_frameworks.torch`` in the entry-point group ``lightning_accel.emulated_sdks.hpu`` and
+lightning-accel-core's import aliases do the rest. ``torch.compile``'s ``hpu_backend`` is registered when
+``dynamo.compile_backend`` is imported, as on the SDK; torch lists it before that through the entry points of
+lightning-accel-habana.
 
 Tensors live on the backing device chosen by ``LIGHTNING_ACCEL_EMULATE_BACKEND`` (``cpu`` or ``cuda``). Do not import
 this package directly; go through the seam.
 """
 
 from . import core, dynamo, hpex, hpu
-
-dynamo.register_backends()
 
 __all__ = ["core", "dynamo", "hpex", "hpu"]

@@ -1,9 +1,18 @@
 """Emulation of ``habana_frameworks.torch.core`` (imported by users as ``htcore``).
 
-On Gaudi, lazy mode (the default, ``PT_HPU_LAZY_MODE=1``) accumulates operations into a graph that runs when
-``mark_step()`` is called; in eager mode (``PT_HPU_LAZY_MODE=0``) ``mark_step`` does nothing. The backing device
-executes every operation eagerly, so here ``mark_step`` cannot change results: it records that a graph boundary was
-reached and, with ``sync=True``, waits for the backing device.
+The execution mode is read once, when the SDK loads, from ``PT_HPU_LAZY_MODE`` (Intel Gaudi docs, "Runtime
+Environment Variables"; the default changed from lazy to eager in release 1.21: "Since Habana software >= 1.21.0,
+PT_HPU_LAZY_MODE=0 is the default"):
+
+* ``0`` or unset: eager mode. Operations run as they are issued; ``mark_step()`` does nothing (the bridge's
+  ``mark_step`` is decorated ``@lazy_only``, core/step_closure.py); ``torch.compile`` with ``hpu_backend`` is the
+  way to build graphs. The HPU graph APIs are not exported (see :mod:`.hpu`).
+* ``1``: lazy mode. Operations accumulate into a graph that runs at ``mark_step()``; the HPU graph APIs are
+  exported; ``torch.compile`` is not supported.
+
+Changing the variable after the SDK has loaded changes nothing, as on the SDK. The backing device executes every
+operation eagerly, so here ``mark_step`` cannot change results: it records that a graph boundary was reached and,
+with ``sync=True``, waits for the backing device.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ import threading
 
 from . import hpu
 
-__all__ = ["hpu", "is_lazy", "mark_step"]
+__all__ = ["LAZY_MODE_VAR", "hpu", "is_lazy", "mark_step"]
 
 LAZY_MODE_VAR = "PT_HPU_LAZY_MODE"
 
@@ -21,9 +30,25 @@ _lock = threading.Lock()
 _marked_steps = 0
 
 
+def _mode_at_load() -> bool:
+    raw = os.environ.get(LAZY_MODE_VAR, "0").strip()
+    if raw in ("", "0"):
+        return False
+    if raw == "1":
+        return True
+    raise ValueError(
+        f"{LAZY_MODE_VAR}={raw!r} is not a mode. Accepted: '0' (eager, the default since SDK 1.21) or '1' (lazy); "
+        "set it before the process starts."
+    )
+
+
+_lazy = _mode_at_load()
+hpu.export_graph_api(_lazy)
+
+
 def is_lazy() -> bool:
-    """Whether lazy mode is on: ``PT_HPU_LAZY_MODE`` unset or anything but ``"0"`` (the SDK's default is lazy)."""
-    return os.environ.get(LAZY_MODE_VAR, "1").strip() != "0"
+    """Whether lazy mode is on (``PT_HPU_LAZY_MODE=1`` when the SDK loaded)."""
+    return _lazy
 
 
 def mark_step(device_str: str = "", sync: bool = False) -> None:
@@ -34,7 +59,7 @@ def mark_step(device_str: str = "", sync: bool = False) -> None:
         sync: Wait until the backing device has finished the queued work.
     """
     global _marked_steps
-    if not is_lazy():
+    if not _lazy:
         return
     with _lock:
         _marked_steps += 1
@@ -45,3 +70,13 @@ def mark_step(device_str: str = "", sync: bool = False) -> None:
 def marked_steps() -> int:
     """Emulator only (not an SDK name): how many graph boundaries ``mark_step`` has recorded in this process."""
     return _marked_steps
+
+
+def load_mode(lazy: bool) -> None:
+    """Emulator only (not an SDK name): behave as an SDK loaded with ``PT_HPU_LAZY_MODE=1`` (``lazy``) or ``0``.
+
+    A real process cannot switch modes; the test suite uses this to run mode-specific tests in one process.
+    """
+    global _lazy
+    _lazy = lazy
+    hpu.export_graph_api(lazy)

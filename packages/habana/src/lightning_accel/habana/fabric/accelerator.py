@@ -11,7 +11,7 @@ from typing_extensions import override
 from .. import _devices, sdk
 
 if TYPE_CHECKING:
-    from lightning.fabric.accelerators.registry import _AcceleratorRegistry
+    from lightning_accel.core.compat import AcceleratorRegistryType
 
 __all__ = ["HPUAccelerator"]
 
@@ -86,6 +86,6 @@ class HPUAccelerator(Accelerator):
 
     @classmethod
     @override
-    def register_accelerators(cls, accelerator_registry: _AcceleratorRegistry) -> None:
+    def register_accelerators(cls, accelerator_registry: AcceleratorRegistryType) -> None:
         """Register ``"hpu"`` (the core does this from the plugin spec)."""
         accelerator_registry.register(cls.name(), cls, description=cls.__name__, override=True)

@@ -69,8 +69,13 @@ class CPULedger:
             if is_tensor:
                 self._record(obj)
                 # Gradients are created in C++ and may have no Python object yet, so the walk cannot find them alone.
-                if obj.is_leaf and obj.requires_grad and obj.grad is not None:
-                    self._record(obj.grad)
+                try:
+                    grad = obj.grad if obj.is_leaf and obj.requires_grad else None
+                except RuntimeError:
+                    # Some views refuse autograd queries (a no_grad view whose base changed in place): no gradient.
+                    grad = None
+                if grad is not None:
+                    self._record(grad)
         with self._lock:
             self._max_in_use = max(self._max_in_use, self._in_use)
         return self.snapshot()

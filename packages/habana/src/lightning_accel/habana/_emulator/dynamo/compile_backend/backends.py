@@ -1,0 +1,65 @@
+"""Emulation of ``habana_frameworks.torch.dynamo.compile_backend.backends``: the ``hpu_backend`` of ``torch.compile``.
+
+The contract (gaudi-pytorch-bridge v1.18/v1.19, ``.../compile_backend/backends.py``):
+
+* ``hpu_backend`` is the only backend the SDK registers, with ``@register_backend`` when this module is imported
+  (so importing it twice into one registry would be a duplicate, as on the SDK). The AOT-autograd names of earlier
+  SDKs (``aot_hpu_training_backend``, ``aot_hpu_inference_backend``) are not registered any more.
+* It serves training and inference graphs (AOT autograd with a forward, backward and inference compiler).
+* ``torch.compile`` is supported in eager mode only (``PT_HPU_LAZY_MODE=0``, the default since 1.21; the bridge's
+  own tests skip compilation in lazy mode). What the SDK does in lazy mode is not documented; the emulator refuses
+  with a ``RuntimeError`` that says how to switch modes, rather than guess.
+
+On the emulator the captured graphs are compiled by TorchInductor for the backing device (C++/OpenMP kernels on the
+CPU, Triton on CUDA): a real compilation, with Inductor's numerics rather than Gaudi's graph compiler's.
+
+Compiled code cannot run inside an HPU graph capture and an HPU graph cannot be built inside compiled code, as on
+Gaudi: both raise a ``RuntimeError`` that says to choose one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._dynamo.backends.registry import register_backend
+
+from ...core import LAZY_MODE_VAR, is_lazy
+from ...hpu import graphs
+
+__all__ = ["hpu_backend"]
+
+
+def _refuse_during_capture() -> None:
+    if graphs.is_current_stream_capturing():
+        raise RuntimeError(
+            "A torch.compile-d function ran inside an HPU graph capture. HPU graphs cannot be combined with "
+            "torch.compile (the SDK does not support it): capture an uncompiled model, or compile without HPU graphs."
+        )
+
+
+def _refuse_lazy_mode() -> None:
+    if is_lazy():
+        raise RuntimeError(
+            f"torch.compile with backend='hpu_backend' needs eager mode, but {LAZY_MODE_VAR}=1 (lazy mode) was set "
+            f"when the SDK loaded. Unset {LAZY_MODE_VAR} or set it to 0 before the process starts (eager is the "
+            "default since SDK 1.21), or run the model uncompiled in lazy mode."
+        )
+
+
+@register_backend
+def hpu_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+    """The HPU backend for training and inference graphs (on the emulator: Inductor on the backing device)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    _refuse_lazy_mode()
+    _refuse_during_capture()
+    compiled: Callable[..., Any] = compile_fx(graph_module, example_inputs)  # type: ignore[assignment]
+
+    def run(*args: Any) -> Any:
+        # Compiled kernels bypass the operator recording of a capture: replaying would silently skip them.
+        _refuse_during_capture()
+        return compiled(*args)
+
+    return run

@@ -1,0 +1,1 @@
+"""Stand-in for the Habana SDK's top-level package (tests only)."""
