@@ -1,6 +1,8 @@
 """What users get for each way of configuring the strategy, and the errors for bad input (no training here)."""
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -125,16 +127,85 @@ def test_kernel_injection_and_graphs_are_refused_on_the_emulator() -> None:
         InferenceSettings.merge({}, {"tensor_parallel": {"tp_size": 3}}).validate(2, on_hpu=False)
 
 
-def test_nvme_offload_needs_the_async_io_op_or_says_so(tmp_path: Path) -> None:
+class _AsyncIOBuilder:
+    """Stands in for DeepSpeed's AsyncIOBuilder, so that the test does not depend on this machine having libaio."""
+
+    def __init__(self, compatible: bool) -> None:
+        self.compatible = compatible
+
+    def is_compatible(self, verbose: bool = False) -> bool:
+        return self.compatible
+
+
+@pytest.fixture
+def async_io_op(monkeypatch: pytest.MonkeyPatch) -> Callable[[bool | None], list[str]]:
+    """Call with True (the op can be built), False (it cannot) or None (no such builder); returns the ops asked for."""
     from deepspeed.accelerator import get_accelerator
 
-    if get_accelerator().create_op_builder("AsyncIOBuilder").is_compatible(verbose=False):
-        strategy = HPUDeepSpeedStrategy(
-            stage=3, offload_optimizer=True, offload_optimizer_device="nvme", nvme_path=str(tmp_path)
-        )
-        assert strategy.config["zero_optimization"]["offload_optimizer"]["device"] == "nvme"
-        return
+    asked: list[str] = []
+
+    def control(compatible: bool | None) -> list[str]:
+        def create_op_builder(name: str) -> _AsyncIOBuilder | None:
+            asked.append(name)
+            return None if compatible is None else _AsyncIOBuilder(compatible)
+
+        monkeypatch.setattr(get_accelerator(), "create_op_builder", create_op_builder)
+        return asked
+
+    return control
+
+
+def test_nvme_offload_with_the_async_io_op_is_configured(
+    tmp_path: Path, async_io_op: Callable[[bool | None], list[str]]
+) -> None:
+    asked = async_io_op(True)
+    strategy = HPUDeepSpeedStrategy(
+        stage=3, offload_optimizer=True, offload_optimizer_device="nvme", nvme_path=str(tmp_path)
+    )
+    assert asked == ["AsyncIOBuilder"]
+    offload = strategy.config["zero_optimization"]["offload_optimizer"]
+    assert (offload["device"], offload["nvme_path"]) == ("nvme", str(tmp_path))
+
+
+@pytest.mark.parametrize("compatible", [False, None], ids=["op-cannot-build", "no-builder"])
+def test_nvme_offload_without_the_async_io_op_says_how_to_get_it(
+    tmp_path: Path, async_io_op: Callable[[bool | None], list[str]], compatible: bool | None
+) -> None:
+    asked = async_io_op(compatible)
     with pytest.raises(ConfigurationError, match=r"needs DeepSpeed's async_io op.*libaio"):
         HPUDeepSpeedStrategy(stage=3, offload_optimizer=True, offload_optimizer_device="nvme", nvme_path=str(tmp_path))
-    with pytest.raises(ConfigurationError, match=r"nvme_path='/no/such/dir' is not a writable directory"):
-        HPUDeepSpeedStrategy(stage=3, offload_parameters=True, offload_params_device="nvme", nvme_path="/no/such/dir")
+    assert asked == ["AsyncIOBuilder"]
+
+
+def test_nvme_offload_needs_a_writable_directory(
+    tmp_path: Path, async_io_op: Callable[[bool | None], list[str]]
+) -> None:
+    async_io_op(True)
+    missing = tmp_path / "no" / "such" / "dir"
+    with pytest.raises(ConfigurationError, match=r"nvme_path='.*dir' is not a writable directory"):
+        HPUDeepSpeedStrategy(stage=3, offload_parameters=True, offload_params_device="nvme", nvme_path=str(missing))
+
+
+class _StrategyOn(HPUDeepSpeedStrategy):
+    """The strategy on a device of the given type (the emulator backs HPUs with the host; Gaudi does not)."""
+
+    def __init__(self, device_type: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._device_type = device_type
+
+    @property
+    def root_device(self) -> torch.device:
+        return torch.device(self._device_type)
+
+
+@pytest.mark.parametrize(("device_type", "in_cpu"), [("hpu", True), ("cpu", False)], ids=["device", "host-backed"])
+def test_cpu_checkpointing_reaches_deepspeed_unless_the_device_is_the_host(
+    monkeypatch: pytest.MonkeyPatch, device_type: str, in_cpu: bool
+) -> None:
+    import deepspeed
+
+    configured: list[dict[str, Any]] = []
+    monkeypatch.setattr(deepspeed.checkpointing, "configure", lambda **kwargs: configured.append(kwargs))
+    strategy = _StrategyOn(device_type, stage=3, cpu_checkpointing=True)
+    strategy._set_deepspeed_activation_checkpointing()
+    assert [kwargs["checkpoint_in_cpu"] for kwargs in configured] == [in_cpu]

@@ -18,7 +18,26 @@ def _plugin():  # type: ignore[no-untyped-def]
 def test_usable_on_the_emulator_with_deepspeed_installed() -> None:
     availability = _plugin().spec.check_availability()
     assert availability.state == "emulated"
-    assert "DeepSpeed is installed" in availability.reason
+    assert "DeepSpeed (upstream) is installed" in availability.reason
+
+
+@pytest.mark.parametrize(
+    ("installed", "said"),
+    [
+        ("0.19.8", "upstream"),
+        ("0.16.1+hpu.synapse.v1.22.0", "Intel's Gaudi fork, SDK 1.22.0"),
+    ],
+)
+def test_the_report_says_whether_deepspeed_is_upstream_or_intels_fork(
+    monkeypatch: pytest.MonkeyPatch, installed: str, said: str
+) -> None:
+    import importlib.metadata
+
+    from lightning_accel.deepspeed_hpu.plugin import deepspeed_flavour
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: installed if name == "deepspeed" else real(name))
+    assert deepspeed_flavour() == said
 
 
 def test_unavailable_without_hpus_says_why(monkeypatch: pytest.MonkeyPatch) -> None:

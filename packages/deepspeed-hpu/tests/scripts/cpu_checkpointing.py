@@ -7,6 +7,7 @@ import os
 import sys
 
 import torch
+from deepspeed.runtime.activation_checkpointing import checkpointing
 from deepspeed.runtime.activation_checkpointing.checkpointing import checkpoint
 from lightning.pytorch import LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
@@ -50,7 +51,14 @@ def main() -> None:
     )
     trainer.fit(model, data)
     if trainer.is_global_zero:
-        result = {"steps": trainer.global_step, "l2_calls": model.l2_calls, "losses": model.losses}
+        result = {
+            "steps": trainer.global_step,
+            "l2_calls": model.l2_calls,
+            "losses": model.losses,
+            "device_type": trainer.strategy.root_device.type,
+            # What DeepSpeed was told: whether checkpointed activations are copied to the host.
+            "deepspeed_cpu_checkpoint": checkpointing.CPU_CHECKPOINT,
+        }
         with open(os.path.join(sys.argv[1], "result.json"), "w") as handle:
             json.dump(result, handle)
 

@@ -73,9 +73,27 @@ def availability() -> Availability:
         return Availability(
             "unavailable",
             "The 'deepspeed' package is not installed. Install it with `pip install 'lightning-accel[deepspeed-hpu]'` "
-            "(upstream deepspeed>=0.19,<0.20; on Gaudi, Habana's fork of DeepSpeed works too).",
+            "(upstream deepspeed>=0.16.1,<0.20), or Intel's Gaudi fork as its docs say "
+            "(`pip install git+https://github.com/HabanaAI/DeepSpeed.git@<SDK version>`).",
         )
-    return Availability(hpus.state, f"{hpus.reason} DeepSpeed is installed.", hpus.devices)
+    return Availability(hpus.state, f"{hpus.reason} DeepSpeed ({deepspeed_flavour()}) is installed.", hpus.devices)
+
+
+def deepspeed_flavour() -> str:
+    """Which DeepSpeed is installed: ``"upstream"``, or Intel's Gaudi fork (its version carries ``+hpu.synapse``).
+
+    The version itself is in ``lightning-accel env``. Example: ``"Intel's Gaudi fork, SDK 1.20.0"``.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("deepspeed")
+    except PackageNotFoundError:
+        return "version unknown"
+    _, _, local = installed.partition("+")
+    if local.startswith("hpu.synapse.v"):
+        return f"Intel's Gaudi fork, SDK {local.removeprefix('hpu.synapse.v')}"
+    return "upstream"
 
 
 PLUGIN = PluginSpec(
@@ -92,4 +110,6 @@ PLUGIN = PluginSpec(
             "16-mixed": "DeepSpeed fp16 with loss scaling, where the device supports float16",
         }
     ),
+    # Overrides private methods of Lightning 2.6's DeepSpeedStrategy (see lightning_accel.core.compat).
+    lightning=">=2.6,<2.7",
 )

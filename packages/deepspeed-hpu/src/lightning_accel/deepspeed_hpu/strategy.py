@@ -21,13 +21,7 @@ from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.habana import sdk
-from lightning_accel.habana.distributed import (
-    HCCLEnvironment,
-    MarkStepAfterUpdates,
-    MarkStepAroundEvaluation,
-    all_reduce,
-    parallel_root_device,
-)
+from lightning_accel.habana.distributed import HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepAroundEvaluation
 
 from . import config as ds_config
 from ._runtime import check_deepspeed_accelerator, prepare_deepspeed_import, skip_cpu_shm_op
@@ -38,10 +32,11 @@ from .precision import HPUDeepSpeedPrecisionPlugin
 if TYPE_CHECKING:
     import deepspeed
     from lightning.fabric.plugins import ClusterEnvironment
-    from lightning.fabric.utilities.types import _PATH
     from lightning.pytorch.accelerators import Accelerator
     from torch.nn import Module
     from torch.optim import Optimizer
+
+    from lightning_accel.core.compat import PathType
 
 __all__ = ["HPUDeepSpeedStrategy"]
 
@@ -62,7 +57,7 @@ _CONFIG_ARGUMENT_DEFAULTS: dict[str, Any] = {
 }
 
 
-class HPUDeepSpeedStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepSpeedStrategy):
+class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepSpeedStrategy):
     """DeepSpeed (ZeRO 1/2/3, offload, bf16, activation checkpointing, inference) on HPUs.
 
     A subclass of Lightning's :class:`~lightning.pytorch.strategies.DeepSpeedStrategy`, so Lightning's own DeepSpeed
@@ -144,7 +139,7 @@ class HPUDeepSpeedStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepS
         reduce_bucket_size: int = 200_000_000,
         zero_allow_untested_optimizer: bool = True,
         logging_batch_size_per_gpu: str | int = "auto",
-        config: _PATH | dict[str, Any] | None = None,
+        config: PathType | dict[str, Any] | None = None,
         logging_level: int = logging.WARN,
         parallel_devices: list[torch.device] | int | None = None,
         cluster_environment: ClusterEnvironment | None = None,
@@ -238,15 +233,8 @@ class HPUDeepSpeedStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepS
         ds_config.check_nvme_offload(self.config)
         check_config_optimizer(self.config)
         self.inference = InferenceSettings.merge(inference_config, kwargs)
-        self._hccl = HCCLEnvironment()
 
     # --- devices and processes -------------------------------------------------------------------------------------
-
-    @property
-    @override
-    def root_device(self) -> torch.device:
-        """This process's HPU: ``parallel_devices[local_rank]``, mapped to its backing device under emulation."""
-        return parallel_root_device(self.parallel_devices, self.local_rank)
 
     @override
     def setup_environment(self) -> None:
@@ -255,13 +243,7 @@ class HPUDeepSpeedStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepS
         Raises:
             ConfigurationError: When the accelerator is not the HPU accelerator.
         """
-        accelerator = self.accelerator
-        name = getattr(type(accelerator), "name", None)
-        if not callable(name) or name() != sdk.DEVICE_TYPE:
-            raise ConfigurationError(
-                f"HPUDeepSpeedStrategy runs on HPUs, but the accelerator is {type(accelerator).__name__}. Accepted: "
-                "Trainer(accelerator='hpu') or HPUAccelerator(); use Lightning's DeepSpeedStrategy for CUDA GPUs."
-            )
+        self._check_hpu_accelerator()
         DDPStrategy.setup_environment(self)
 
     @override
@@ -277,17 +259,6 @@ class HPUDeepSpeedStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepS
         check_deepspeed_accelerator()
         skip_cpu_shm_op()
         self._init_deepspeed_distributed()
-
-    @override
-    def teardown(self) -> None:
-        """Tear down as Lightning does, then undo the environment variables the HPU set-up wrote."""
-        super().teardown()
-        self._hccl.restore()
-
-    @override
-    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
-        """All-reduce a tensor (sum, mean, min, max); HCCL has no AVG, so the mean is sum / world size."""
-        return all_reduce(tensor, group=group, reduce_op=reduce_op)
 
     # --- precision -------------------------------------------------------------------------------------------------
 
@@ -320,7 +291,7 @@ class HPUDeepSpeedStrategy(MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepS
     # --- config ----------------------------------------------------------------------------------------------------
 
     @override
-    def _load_config(self, config: _PATH | dict[str, Any] | None) -> dict[str, Any] | None:
+    def _load_config(self, config: PathType | dict[str, Any] | None) -> dict[str, Any] | None:
         loaded = ds_config.load_config(config)
         self._user_config = loaded is not None
         return loaded
