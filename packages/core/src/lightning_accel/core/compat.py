@@ -5,32 +5,54 @@ Lightning 2.6 installs its code twice: ``lightning.pytorch`` / ``lightning.fabri
 Lightning's public API as ``lightning.pytorch`` / ``lightning.fabric`` (the core builds twins of vendor classes for
 the other tree, see :mod:`lightning_accel.core.twins`) and any private name from here, so that an upgrade of
 Lightning breaks in exactly one place.
+
+:data:`PRIVATE_NAMES` declares every private Lightning name the project touches: the core's wraps of the
+connectors, and each vendor package's overrides, calls and attribute reads of Lightning's private members (Python's
+override syntax must stay in the subclass, so those are declared here and checked, not moved).
+:func:`check_private_name` checks one declaration against the installed Lightning (the module, the object, its kind
+and, for callables, its parameter names), and the core's test suite checks them all on every supported Lightning,
+so an upgrade that moves one fails naming it. Private names imported by vendor modules come from here too:
+:func:`init_dist_connection` at run time, and for annotations ``AcceleratorRegistryType`` and ``PathType`` (under
+``TYPE_CHECKING``).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.version import Version
 
 from lightning_accel.core.errors import UnsupportedLightningError
 
+if TYPE_CHECKING:
+    # For vendor annotations only (`if TYPE_CHECKING: from lightning_accel.core.compat import PathType`).
+    from lightning.fabric.accelerators.registry import _AcceleratorRegistry as AcceleratorRegistryType  # noqa: F401
+    from lightning.fabric.utilities.types import _PATH as PathType  # noqa: F401
+
 __all__ = [
+    "PRIVATE_NAMES",
     "TESTED_LIGHTNING",
+    "PrivateName",
     "TRIGGERS",
     "Tree",
     "check_lightning_version",
+    "check_private_name",
     "connector_class",
+    "device_info_module",
+    "init_dist_connection",
     "lightning_version",
+    "misconfiguration_exception",
     "registries",
 ]
 
-# The range whose connector code the selection wraps were written against and tested with.
-TESTED_LIGHTNING = (Version("2.6.0"), Version("2.7.0"))
+# The range whose connector code the selection wraps were written against and tested with: 2.3 is the newest
+# Lightning on torch 2.0.1, which the last poptorch requires; every name in PRIVATE_NAMES is checked on 2.3 and 2.6.
+TESTED_LIGHTNING = (Version("2.3.0"), Version("2.7.0"))
 
 Flavour = Literal["lightning", "pytorch_lightning"]
 Kind = Literal["pytorch", "fabric"]
@@ -116,4 +138,236 @@ def connector_class(tree: Tree) -> type:
     return fabric_connector
 
 
+def device_info_module(tree: Tree) -> ModuleType | None:
+    """The Trainer module whose ``_log_device_info`` prints "GPU available: ..." at start (``None`` for Fabric).
+
+    ``Trainer.__init__`` calls it as ``setup._log_device_info(self)``, looked up on the module at each call.
+    """
+    if tree.kind != "pytorch":
+        return None
+    return importlib.import_module(f"{tree.module}.trainer.setup")
+
+
+def misconfiguration_exception(tree: Tree) -> type[Exception]:
+    """The ``MisconfigurationException`` class of an imported tree (one per flavour in Lightning 2.6)."""
+    module = importlib.import_module(f"{tree.module}.utilities.exceptions")
+    exception: type[Exception] = module.MisconfigurationException
+    return exception
+
+
 # --- names requested by vendor packages ---
+
+
+def init_dist_connection(cluster_environment: Any, backend: str, **kwargs: Any) -> None:
+    """Lightning's ``_init_dist_connection``: join the process group as Lightning's strategies do.
+
+    It sets ``MASTER_ADDR``/``MASTER_PORT`` from ``cluster_environment``, calls ``init_process_group`` with ``kwargs``
+    and prints Lightning's rank-0 banner. Both trees' copies do the same; the ``lightning.fabric`` one serves
+    strategies of either tree.
+    """
+    from lightning.fabric.utilities.distributed import _init_dist_connection
+
+    _init_dist_connection(cluster_environment, backend, **kwargs)
+
+
+# --- every private Lightning name the project touches ---
+
+NameKind = Literal["class", "function", "method", "attribute", "instance_attribute"]
+
+
+@dataclass(frozen=True)
+class PrivateName:
+    """One private Lightning name that lightning-accel wraps, calls, overrides or reads.
+
+    Attributes:
+        owner: Where it lives, written for the ``lightning`` tree: ``"module"`` or ``"module:Class"``
+            (e.g. ``"lightning.pytorch.strategies:DeepSpeedStrategy"``); the ``pytorch_lightning`` tree is checked
+            under the matching module.
+        name: The private name on ``owner`` (``"_choose_strategy"``), or the class / module attribute itself.
+        kind: ``"class"``, ``"function"`` (module level), ``"method"`` (also static), ``"attribute"`` (class or
+            module attribute, e.g. a type alias) or ``"instance_attribute"`` (set as ``self.<name>`` in a method
+            of ``owner`` or its Lightning bases).
+        parameters: For functions and methods, the parameter names in order (``None``: not checked).
+        use: How the project touches it: ``"wrapped"``, ``"called"``, ``"overridden"``, ``"read"`` (or written),
+            ``"imported"``.
+        users: The modules that touch it (for the person who has to update them).
+
+    Example:
+        >>> name = PrivateName("lightning.fabric.connector:_Connector", "_choose_strategy", "method", ("self",),
+        ...                    "wrapped", ("lightning_accel.core.selection",))
+        >>> name.qualified("pytorch_lightning")
+        'lightning_fabric.connector:_Connector._choose_strategy'
+    """
+
+    owner: str
+    name: str
+    kind: NameKind
+    parameters: tuple[str, ...] | None
+    use: Literal["wrapped", "called", "overridden", "read", "imported"]
+    users: tuple[str, ...]
+
+    def owner_in(self, flavour: Flavour) -> str:
+        """``owner`` in the ``flavour`` tree."""
+        if flavour == "lightning":
+            return self.owner
+        for old, new in (("lightning.pytorch", "pytorch_lightning"), ("lightning.fabric", "lightning_fabric")):
+            if self.owner == old or self.owner.startswith((old + ".", old + ":")):
+                return new + self.owner[len(old) :]
+        return self.owner
+
+    def qualified(self, flavour: Flavour = "lightning") -> str:
+        """``module:Class.name`` (or ``module.name``) in the ``flavour`` tree, for messages."""
+        owner = self.owner_in(flavour)
+        return f"{owner}.{self.name}"
+
+
+_SELECTION = ("lightning_accel.core.selection",)
+_TRAINER_CONNECTOR = "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector"
+_FABRIC_CONNECTOR = "lightning.fabric.connector:_Connector"
+_HCCL = ("lightning_accel.habana._hccl_strategy",)
+_DEEPSPEED = "lightning.pytorch.strategies:DeepSpeedStrategy"
+_DS_USER = ("lightning_accel.deepspeed_hpu.strategy",)
+
+
+def _connector_names(owner: str, flag_parameters: tuple[str, ...]) -> tuple[PrivateName, ...]:
+    module, _, cls = owner.partition(":")
+    return (
+        PrivateName(module, cls, "class", None, "wrapped", ("lightning_accel.core.compat", *_SELECTION)),
+        PrivateName(
+            owner, "_check_config_and_set_final_flags", "method", ("self", *flag_parameters), "wrapped", _SELECTION
+        ),
+        # A staticmethod in 2.3 to 2.6 (an instance method in 2.1/2.2): the wrap accepts both.
+        PrivateName(owner, "_choose_auto_accelerator", "method", (), "wrapped", _SELECTION),
+        PrivateName(owner, "_set_parallel_devices_and_init_accelerator", "method", ("self",), "wrapped", _SELECTION),
+        PrivateName(owner, "_choose_strategy", "method", ("self",), "wrapped", _SELECTION),
+        PrivateName(owner, "_accelerator_flag", "instance_attribute", None, "read", _SELECTION),
+        PrivateName(owner, "_strategy_flag", "instance_attribute", None, "read", _SELECTION),
+        PrivateName(owner, "_num_nodes_flag", "instance_attribute", None, "read", _SELECTION),
+        PrivateName(owner, "_parallel_devices", "instance_attribute", None, "read", _SELECTION),
+    )
+
+
+# fmt: off
+PRIVATE_NAMES: tuple[PrivateName, ...] = (
+    # The core: selection wraps, the start-up lines, the process-group helper.
+    *_connector_names(_TRAINER_CONNECTOR, ("strategy", "accelerator", "precision", "plugins", "sync_batchnorm")),
+    *_connector_names(_FABRIC_CONNECTOR, ("strategy", "accelerator", "precision", "plugins")),
+    PrivateName("lightning.pytorch.trainer.setup", "_log_device_info", "function", ("trainer",), "wrapped",
+                _SELECTION),
+    PrivateName("lightning.fabric.utilities.distributed", "_init_dist_connection", "function",
+                ("cluster_environment", "torch_distributed_backend", "global_rank", "world_size", "kwargs"), "called",
+                ("lightning_accel.core.compat", *_HCCL)),
+    # Types used in vendor annotations.
+    PrivateName("lightning.fabric.accelerators.registry", "_AcceleratorRegistry", "class", None, "imported",
+                ("lightning_accel.habana.accelerator", "lightning_accel.habana.fabric.accelerator")),
+    PrivateName("lightning.fabric.utilities.types", "_PATH", "attribute", None, "imported", _DS_USER),
+    # habana: strategies' defaults for precision and checkpoint IO, the HCCL process group, device mapping.
+    PrivateName("lightning.pytorch.strategies:Strategy", "_precision_plugin", "instance_attribute", None, "read",
+                ("lightning_accel.habana.strategies", *_DS_USER)),
+    PrivateName("lightning.pytorch.strategies:Strategy", "_checkpoint_io", "instance_attribute", None, "read",
+                ("lightning_accel.habana._strategy_defaults",)),
+    PrivateName("lightning.fabric.strategies:Strategy", "_precision", "instance_attribute", None, "read",
+                ("lightning_accel.habana.fabric.strategies",)),
+    PrivateName("lightning.fabric.strategies:Strategy", "_checkpoint_io", "instance_attribute", None, "read",
+                ("lightning_accel.habana._strategy_defaults",)),
+    PrivateName("lightning.pytorch.strategies:SingleDeviceStrategy", "_root_device", "instance_attribute", None,
+                "read", ("lightning_accel.habana.strategies.single",)),
+    PrivateName("lightning.fabric.strategies:SingleDeviceStrategy", "_root_device", "instance_attribute", None,
+                "read", ("lightning_accel.habana.fabric.strategies",)),
+    PrivateName("lightning.pytorch.strategies:DDPStrategy", "_get_process_group_backend", "method", ("self",),
+                "called", _HCCL),
+    PrivateName("lightning.pytorch.strategies:DDPStrategy", "_process_group_backend", "instance_attribute", None,
+                "read", _HCCL),
+    PrivateName("lightning.pytorch.strategies:DDPStrategy", "_timeout", "instance_attribute", None, "read", _HCCL),
+    PrivateName("lightning.fabric.strategies:DDPStrategy", "_get_process_group_backend", "method", ("self",),
+                "called", _HCCL),
+    PrivateName("lightning.fabric.strategies:DDPStrategy", "_set_world_ranks", "method", ("self",), "called", _HCCL),
+    PrivateName("lightning.fabric.strategies:DDPStrategy", "_setup_distributed", "method", ("self",), "overridden",
+                _HCCL),
+    PrivateName("lightning.fabric.strategies:DDPStrategy", "_determine_ddp_device_ids", "method", ("self",),
+                "overridden", _HCCL),
+    PrivateName("lightning.fabric.strategies:DDPStrategy", "_process_group_backend", "instance_attribute", None,
+                "read", _HCCL),
+    PrivateName("lightning.fabric.strategies:DDPStrategy", "_timeout", "instance_attribute", None, "read", _HCCL),
+    PrivateName("lightning.pytorch.core.module:LightningModule", "_compiler_ctx", "instance_attribute", None, "read",
+                ("lightning_accel.habana.graphs",)),
+    PrivateName("lightning.pytorch.profilers:PyTorchProfiler", "_create_profilers", "method", ("self",),
+                "overridden", ("lightning_accel.habana.profiler",)),
+    PrivateName("lightning.pytorch.profilers:PyTorchProfiler", "_profiler_kwargs", "instance_attribute", None, "read",
+                ("lightning_accel.habana.profiler",)),
+    # graphcore
+    PrivateName("lightning.pytorch.plugins.precision:Precision", "_after_closure", "method",
+                ("self", "model", "optimizer"), "called", ("lightning_accel.graphcore.precision",)),
+    # deepspeed-hpu: Lightning's DeepSpeedStrategy, with its three fixes off CUDA.
+    PrivateName(_DEEPSPEED, "_load_config", "method", ("self", "config"), "overridden", _DS_USER),
+    PrivateName(_DEEPSPEED, "_format_config", "method", ("self",), "overridden", _DS_USER),
+    PrivateName(_DEEPSPEED, "_init_deepspeed_distributed", "method", ("self",), "called", _DS_USER),
+    PrivateName(_DEEPSPEED, "_init_optimizers", "method", ("self",), "called", _DS_USER),
+    PrivateName(_DEEPSPEED, "_initialize_deepspeed_train", "method", ("self", "model"), "overridden", _DS_USER),
+    PrivateName(_DEEPSPEED, "_initialize_deepspeed_inference", "method", ("self", "model"), "overridden", _DS_USER),
+    PrivateName(_DEEPSPEED, "_set_deepspeed_activation_checkpointing", "method", ("self",), "overridden", _DS_USER),
+    PrivateName(_DEEPSPEED, "_setup_model_and_optimizer", "method", ("self", "model", "optimizer", "lr_scheduler"),
+                "overridden", _DS_USER),
+    PrivateName("lightning.pytorch.plugins.precision:DeepSpeedPrecision", "_desired_dtype", "instance_attribute",
+                None, "read", ("lightning_accel.deepspeed_hpu.precision",)),
+    PrivateName("lightning.pytorch.core.module:LightningModule", "_trainer", "instance_attribute", None, "read",
+                _DS_USER),
+)
+# fmt: on
+
+
+def _stored_attributes(cls: type) -> set[str]:
+    """Names stored as ``self.<name>`` (or any attribute store) by the functions of ``cls`` and its bases."""
+    import dis
+
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        for value in vars(klass).values():
+            function = getattr(value, "fset", None) or getattr(value, "__func__", value)
+            code = getattr(function, "__code__", None)
+            if code is None:
+                continue
+            names.update(i.argval for i in dis.get_instructions(code) if i.opname == "STORE_ATTR")
+        # Annotated class-level declarations (`_precision: Precision | None`) count as declared too.
+        names.update(getattr(klass, "__annotations__", {}))
+    return names
+
+
+def check_private_name(declared: PrivateName, flavour: Flavour = "lightning") -> str | None:
+    """Check one declaration against the installed Lightning's ``flavour`` tree.
+
+    Returns:
+        ``None`` when the name is where it was declared, with its kind and parameters; otherwise a sentence naming
+        the name and what differs.
+    """
+    import inspect
+
+    owner = declared.owner_in(flavour)
+    module_name, _, class_name = owner.partition(":")
+    where = f"{owner}.{declared.name}"
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        return f"{where}: module {module_name!r} cannot be imported ({exc})"
+    if class_name:
+        target = getattr(target, class_name, None)
+        if not isinstance(target, type):
+            return f"{where}: class {class_name!r} no longer exists in {module_name}"
+    if declared.kind == "instance_attribute":
+        if declared.name not in _stored_attributes(target) and not hasattr(target, declared.name):
+            return f"{where}: {class_name} (and its bases) no longer sets the attribute {declared.name!r}"
+        return None
+    if not hasattr(target, declared.name):
+        return f"{where}: no longer exists"
+    value = getattr(target, declared.name)
+    if declared.kind == "class" and not isinstance(value, type):
+        return f"{where}: is now a {type(value).__name__}, not a class"
+    if declared.kind in ("function", "method"):
+        if not callable(value):
+            return f"{where}: is now a {type(value).__name__}, not callable"
+        if declared.parameters is not None:
+            # The core's wraps keep the original in __wrapped__, which inspect.signature follows.
+            found = tuple(inspect.signature(value).parameters)
+            if found != declared.parameters:
+                return f"{where}: parameters are now {found}, declared {declared.parameters}"
+    return None

@@ -137,6 +137,9 @@ class PluginSpec:
         supports_pytorch_lightning: Whether the core may build twins of the classes for the ``pytorch_lightning``
             / ``lightning_fabric`` trees (the classes must import Lightning only as ``lightning.pytorch`` /
             ``lightning.fabric`` and their own package with relative imports).
+        lightning: The Lightning versions the plugin supports, a PEP 440 specifier such as ``">=2.6,<2.7"``; empty
+            means every version the core supports. A plugin whose range excludes the installed Lightning is not
+            registered, with a warning naming the plugin, the installed version and the range.
     """
 
     name: str
@@ -147,6 +150,25 @@ class PluginSpec:
     emulates: tuple[str, ...] = ()
     precision: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     supports_pytorch_lightning: bool = True
+    lightning: str = ""
+
+    def __post_init__(self) -> None:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+        try:
+            SpecifierSet(self.lightning)
+        except InvalidSpecifier:
+            raise ValueError(
+                f"PluginSpec(name={self.name!r}, lightning={self.lightning!r}): not a version specifier. Accepted: "
+                "a PEP 440 specifier such as '>=2.6,<2.7', or '' for every Lightning the core supports."
+            ) from None
+
+    def supports_lightning(self, installed: str) -> bool:
+        """Whether the plugin declares support for Lightning ``installed`` (pre-releases count as their release)."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        return SpecifierSet(self.lightning).contains(Version(installed).base_version, prereleases=True)
 
     def check_availability(self) -> Availability:
         """Call the plugin's availability function."""

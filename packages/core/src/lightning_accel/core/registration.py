@@ -12,13 +12,17 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_accel.core.compat import TRIGGERS, Tree, registries
+from packaging.version import Version
+
+from lightning_accel.core.compat import TRIGGERS, Tree, lightning_version, misconfiguration_exception, registries
 from lightning_accel.core.discovery import DiscoveredPlugin, PluginLoadWarning, discovered_plugins
+from lightning_accel.core.errors import adopt_lightning_base
 from lightning_accel.core.plugin import AcceleratorSpec, import_target
 from lightning_accel.core.twins import twin_name
 
 __all__ = [
     "LazyClass",
+    "supports_installed_lightning",
     "VendorAccelerator",
     "register_tree",
     "registered_trees",
@@ -151,6 +155,21 @@ def _register_plugin(plugin: DiscoveredPlugin, tree: Tree, accel_registry: Any, 
         _registered[tree.module].append(VendorAccelerator(plugin, accelerator, entry, strategies))
 
 
+def supports_installed_lightning(plugin: DiscoveredPlugin, tree: Tree, installed: Version | None) -> bool:
+    """Whether ``plugin`` declares support for the installed Lightning; warns naming both when it does not."""
+    if installed is None or plugin.spec.supports_lightning(str(installed)):
+        return True
+    warnings.warn(
+        f"lightning-accel: plugin {plugin.name!r} ({plugin.distribution} {plugin.version}) supports Lightning "
+        f"{plugin.spec.lightning}, but {tree.distribution} {installed} is installed; its accelerators and strategies "
+        f"are not registered into {tree.module}. Install a Lightning in that range (`pip install "
+        f"'{tree.distribution}{plugin.spec.lightning}'`) or a release of {plugin.distribution} that supports yours.",
+        PluginLoadWarning,
+        stacklevel=3,
+    )
+    return False
+
+
 def register_tree(module_name: str) -> None:
     """Register every enabled plugin into the tree rooted at ``module_name`` and wrap its connector.
 
@@ -161,14 +180,19 @@ def register_tree(module_name: str) -> None:
     tree = TRIGGERS[module_name]
     if tree.module in _registered:
         return
+    # Our configuration errors become this tree's MisconfigurationException as soon as the tree exists.
+    adopt_lightning_base(misconfiguration_exception(tree))
     # Imported here: selection imports the connector modules, which exist only once the tree is imported.
     from lightning_accel.core.selection import install_selection
 
     _registered[tree.module] = []
     _strategy_accelerators[tree.module] = {}
     accel_registry, strategy_registry = registries(tree)
+    installed = lightning_version(tree)
     for plugin in discovered_plugins():
         if tree.flavour == "pytorch_lightning" and not plugin.spec.supports_pytorch_lightning:
+            continue
+        if not supports_installed_lightning(plugin, tree, installed):
             continue
         try:
             _register_plugin(plugin, tree, accel_registry, strategy_registry)

@@ -22,16 +22,25 @@ a clear message and nothing else changes.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from lightning_accel.core.catalogue import KnownName, known_accelerator, known_strategy
-from lightning_accel.core.compat import Tree, check_lightning_version, connector_class, registries
+from lightning_accel.core.compat import (
+    Tree,
+    check_lightning_version,
+    connector_class,
+    device_info_module,
+    registries,
+)
+from lightning_accel.core.crosstree import to_tree
 from lightning_accel.core.discovery import DISABLE_VAR, disabled_names, discovered_plugins
 from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError
 from lightning_accel.core.registration import VendorAccelerator, strategy_accelerators, vendor_accelerators
 
-__all__ = ["install_selection", "is_wrapped"]
+__all__ = ["device_info_lines", "install_selection", "is_wrapped"]
 
 _MARK = "__lightning_accel_original__"
 
@@ -102,11 +111,40 @@ def _missing(argument: str, value: str, known: KnownName, installed: list[str]) 
     )
 
 
+# Positions of the arguments of `_check_config_and_set_final_flags` (after self) that may hold vendor objects.
+_FLAG_POSITIONS = {"strategy": 0, "accelerator": 1, "plugins": 3}
+
+
+def _same_tree_flags(
+    tree: Tree, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments with vendor objects of the other tree transplanted into ``tree`` (see :mod:`.crosstree`)."""
+    memo: dict[int, Any] = {}
+    positional = list(args)
+    for name, position in _FLAG_POSITIONS.items():
+        if name in kwargs:
+            value = kwargs[name]
+        elif position < len(positional):
+            value = positional[position]
+        else:
+            continue
+        if name == "plugins" and isinstance(value, (list, tuple)):
+            converted: Any = type(value)(to_tree(item, tree.flavour, name, memo) for item in value)
+        else:
+            converted = to_tree(value, tree.flavour, name, memo)
+        if name in kwargs:
+            kwargs[name] = converted
+        else:
+            positional[position] = converted
+    return tuple(positional), kwargs
+
+
 def _wrap_check_flags(tree: Tree, cls: type) -> None:
     original = _original(cls, "_check_config_and_set_final_flags")
     accelerator_registry, strategy_registry = registries(tree)
 
     def _check_config_and_set_final_flags(self: Any, *args: Any, **kwargs: Any) -> None:
+        args, kwargs = _same_tree_flags(tree, args, dict(kwargs))
         strategy = kwargs.get("strategy", args[0] if args else None)
         accelerator = kwargs.get("accelerator", args[1] if len(args) > 1 else None)
         if isinstance(accelerator, str) and accelerator.lower() not in accelerator_registry:
@@ -124,6 +162,7 @@ def _wrap_check_flags(tree: Tree, cls: type) -> None:
 
 def _wrap_choose_auto_accelerator(tree: Tree, cls: type) -> None:
     original = _original(cls, "_choose_auto_accelerator")
+    takes_connector = 1 if inspect.signature(original).parameters else 0
 
     # Lightning declares it a staticmethod but always calls it on the instance; a plain function gets that
     # instance (to see the strategy flag) and still works when called on the class.
@@ -136,7 +175,8 @@ def _wrap_choose_auto_accelerator(tree: Tree, cls: type) -> None:
         for vendor in vendor_accelerators(tree):
             if vendor.plugin.spec.check_availability().state == "hardware":
                 return vendor.spec.name
-        result: str = original()
+        # A staticmethod in Lightning 2.3 to 2.6, an instance method before: pass the connector only if it takes it.
+        result: str = original(*args[:takes_connector])
         return result
 
     cls._choose_auto_accelerator = _mark(_choose_auto_accelerator, original)  # type: ignore[attr-defined]
@@ -177,8 +217,47 @@ def _wrap_choose_strategy(tree: Tree, cls: type) -> None:
     cls._choose_strategy = _mark(_choose_strategy, original)  # type: ignore[attr-defined]
 
 
+def device_info_lines(tree: Tree, trainer: Any) -> list[str]:
+    """Lightning-style start-up lines for the vendor accelerators of ``tree``.
+
+    Example: ``"HPU available: True (emulated), using: 2 devices"``; ``"IPU available: False, using: 0 devices"``.
+    """
+    lines = []
+    for vendor in vendor_accelerators(tree):
+        availability = vendor.plugin.spec.check_availability()
+        note = " (emulated)" if availability.state == "emulated" else ""
+        using = trainer.num_devices if vendor.owns(trainer.accelerator) else 0
+        lines.append(
+            f"{vendor.spec.name.upper()} available: {availability.usable}{note}, using: {using} "
+            f"device{'' if using == 1 else 's'}"
+        )
+    return lines
+
+
+def _wrap_log_device_info(tree: Tree) -> None:
+    module = device_info_module(tree)
+    if module is None:
+        return
+    original = _original_function(module, "_log_device_info")
+
+    def _log_device_info(trainer: Any) -> None:
+        original(trainer)
+        # Lightning's own rank-zero logger, so the lines appear next to "GPU available: ..." and obey its level.
+        for line in device_info_lines(tree, trainer):
+            module.rank_zero_info(line)
+
+    setattr(module, "_log_device_info", _mark(_log_device_info, original))  # noqa: B010 (a module attribute)
+
+
+def _original_function(module: ModuleType, name: str) -> Callable[..., Any]:
+    current: Callable[..., Any] = getattr(module, name)
+    original: Callable[..., Any] = getattr(current, _MARK, current)
+    return original
+
+
 def install_selection(tree: Tree) -> None:
     """Wrap the connector of ``tree`` (idempotent: re-installing wraps the original again, not the wrap)."""
+    _wrap_log_device_info(tree)
     cls = connector_class(tree)
     _wrap_check_flags(tree, cls)
     _wrap_choose_auto_accelerator(tree, cls)

@@ -37,4 +37,6 @@ PLUGIN = PluginSpec(
         "16-mixed": "float16 inputs; float32 weights unless the model is .half(); no dynamic loss scaling",
         "16-true": "float16 weights and inputs (the model is converted with .half())",
     },
+    # The last poptorch pins torch 2.0.1, whose newest Lightning is 2.3.
+    lightning=">=2.3,<2.7",
 )

@@ -1,0 +1,28 @@
+"""`fabric run` launches a Fabric script on emulated HPUs through a vendor strategy name (issue 12)."""
+
+import shutil
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import torch
+from lightning.fabric import Fabric
+fabric = Fabric()
+model = torch.nn.Linear(4, 2)
+model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+print("RANK", fabric.global_rank, fabric.world_size, type(fabric.accelerator).__name__, type(fabric.strategy).__name__)
+"""
+
+
+def test_fabric_run_with_a_vendor_strategy(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "train.py").write_text(SCRIPT)
+    fabric = shutil.which("fabric", path=str(Path(sys.executable).parent)) or "fabric"
+    args = ["-c", f"import sys; sys.argv[0] = {fabric!r}; from lightning.fabric.cli import _main; _main()"]
+    process = run(
+        [*args, "run", "--strategy", "hpu_parallel", "--devices", "2", "train.py"],
+        env={"LIGHTNING_ACCEL_EMULATE": "hpu"},
+        cwd=tmp_path,
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    ranks = sorted(line for line in process.stdout.splitlines() if line.startswith("RANK"))
+    assert ranks == ["RANK 0 2 HPUAccelerator HPUParallelStrategy", "RANK 1 2 HPUAccelerator HPUParallelStrategy"]
