@@ -10,17 +10,21 @@ import yaml
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-# A couple of optimizer steps and a short validation: enough to show that the config selects and trains.
+# One short epoch (at most 32 steps per process) and a short validation: enough to show that the config selects the
+# vendor classes and that they learn, in well under a minute per case on two CPU cores.
 SHORT = [
     "--trainer.max_epochs",
     "1",
     "--trainer.limit_train_batches",
-    "3",
+    "32",
     "--trainer.limit_val_batches",
-    "2",
+    "4",
     "--trainer.enable_progress_bar",
     "false",
 ]
+# Ten digit classes: chance is 0.1. Measured after SHORT on the emulators: 0.86 to 0.89 depending on the case; a run
+# whose updates never reach the weights stays near chance.
+MIN_ACCURACY = 0.7
 
 CASES = [
     ("habana", "config.yaml", [], "hpu", "HPUAccelerator", "SingleHPUStrategy"),
@@ -59,7 +63,8 @@ def test_cli_example_fits_with_its_config(  # type: ignore[no-untyped-def]
     assert process.returncode == 0, process.stderr[-4000:]
     assert f"accelerator: {accelerator}, strategy: {strategy}" in process.stdout, process.stdout[-2000:]
     accuracy = re.findall(r"final validation accuracy: ([0-9.]+)", process.stdout)
-    assert accuracy and 0.0 <= float(accuracy[-1]) <= 1.0, process.stdout[-2000:]
+    assert accuracy, process.stdout[-2000:]
+    assert float(accuracy[-1]) >= MIN_ACCURACY, process.stdout[-2000:]
     if config == "config_device_iterations.yaml":
         assert "devices: 8, device iterations: 4" in process.stdout
 

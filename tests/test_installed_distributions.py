@@ -1,15 +1,20 @@
 """All distributions installed together from wheels: discovery, entry points and the command line."""
 
 import json
-from importlib.metadata import entry_points
+from importlib.metadata import entry_points, version
+from pathlib import Path
 
 import lightning_accel.core
+
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 EXPECTED_PLUGINS = {"habana", "graphcore", "deepspeed_hpu", "testplugin"}
 
 
 def test_installed_from_wheels_not_source() -> None:
-    assert "site-packages" in lightning_accel.core.__file__
+    # The environment may live inside the checkout (nox puts it in .nox/), so compare with the source folders.
+    imported = Path(lightning_accel.core.__file__).resolve()
+    assert CHECKOUT / "packages" not in imported.parents, imported
 
 
 def test_every_entry_point_resolves() -> None:
@@ -33,7 +38,9 @@ def test_list_json_lists_every_installed_plugin(run) -> None:  # type: ignore[no
 def test_env_json(run) -> None:  # type: ignore[no-untyped-def]
     process = run(["-m", "lightning_accel.core.cli", "env", "--json"], env={"LIGHTNING_ACCEL_EMULATE": "all"})
     report = json.loads(process.stdout)
-    assert report["packages"]["torch"].startswith("2.13.0")
+    assert process.returncode == 0, process.stderr
+    assert report["packages"]["torch"] == version("torch")  # what is installed, whatever the machine has
+    assert report["packages"]["lightning-accel-core"] == lightning_accel.core.__version__
     assert {"lightning-accel-habana", "lightning-accel-graphcore", "lightning-accel-deepspeed-hpu"} <= set(
         report["plugins"]
     )

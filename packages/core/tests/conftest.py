@@ -62,3 +62,28 @@ def python(tmp_path: Path):  # type: ignore[no-untyped-def]
         return result
 
     return run
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """List the private Lightning names checked against the installed Lightning (issue 12), when they were."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    module = sys.modules.get("test_private_names") or next(
+        (m for name, m in sys.modules.items() if name.endswith("test_private_names")), None
+    )
+    checked = getattr(module, "CHECKED", None)
+    if not checked:
+        return
+    versions = []
+    for dist in ("lightning", "pytorch-lightning"):
+        try:
+            versions.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            continue
+    failed = [f"{tree}:{name}" for tree, name, problem in checked if problem is not None]
+    terminalreporter.section("private Lightning names checked")
+    moved = f": {', '.join(failed)}" if failed else ""
+    terminalreporter.write_line(f"{len(checked)} checks on {', '.join(versions)}; {len(failed)} moved{moved}")
+    for tree in sorted({tree for tree, _, _ in checked}):
+        names = sorted(name for t, name, _ in checked if t == tree)
+        terminalreporter.write_line(f"[{tree}] " + ", ".join(names))

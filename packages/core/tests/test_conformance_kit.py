@@ -7,6 +7,7 @@ class TestTestaccConformance(AcceleratorConformance):
     accelerator = "testacc"
     single_strategy = "testacc_single"
     parallel_strategy = "testacc_ddp"
+    memory_stat = "rss_bytes"  # testacc's tensors live in this process's host memory
 
 
 class TestTestaccFabricConformance(FabricConformance):

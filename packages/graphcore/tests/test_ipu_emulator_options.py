@@ -8,13 +8,14 @@ import pytest
 import torch
 
 
-def test_setters_chain_and_store(poptorch: ModuleType) -> None:
-    opts = poptorch.Options().deviceIterations(4).replicationFactor(2).autoRoundNumIPUs(True).randomSeed(3)
+def test_setters_chain_and_take_effect(poptorch: ModuleType) -> None:
+    opts = poptorch.Options().deviceIterations(4).replicationFactor(2).autoRoundNumIPUs(True)
     opts.Training.gradientAccumulation(8).accumulationAndReplicationReductionType(poptorch.ReductionType.Sum)
-    assert (opts.device_iterations, opts.replication_factor, opts.auto_round_num_ipus) == (4, 2, True)
-    assert opts.random_seed == 3
-    assert opts.Training.toDict()["gradient_accumulation"] == 8
-    assert opts.Training.accumulation_and_replication_reduction_type == poptorch.ReductionType.Sum
+    # What the options do, not what they store: one host batch carries micro x iterations x replicas x accumulation.
+    loader = poptorch.DataLoader(opts, torch.utils.data.TensorDataset(torch.arange(3 * 128.0)), batch_size=2)
+    assert loader.combinedBatchSize == 2 * 4 * 2 * 8
+    assert [len(batch[0]) for batch in loader] == [128, 128, 128]
+    # (The reduction type's effect on the weights is checked in test_ipu_emulator_training.py.)
 
 
 @pytest.mark.parametrize("bad", ["4", 2.0, True])

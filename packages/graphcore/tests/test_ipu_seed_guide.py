@@ -150,10 +150,15 @@ def _fit_pipelined(tmp_path: Path, module: Any, devices: int, **trainer_kwargs: 
 def test_model_split_over_4_ipus_with_2_replicas_uses_8_ipus(
     tmp_path: Path, module_class: type, placement: list[list[str]]
 ) -> None:
-    module = module_class(rows=2 * 20 * 2 * 8 * 2)
+    torch.manual_seed(0)
+    # Four host calls of 2 (micro-batch) x 20 (device iterations) x 8 (accumulation) x 2 (replicas) samples; the
+    # seed's models end in a softmax before the loss, so they need a large learning rate to move in 80 updates.
+    module = module_class(rows=2 * 20 * 8 * 2 * 4, lr=1.0)
     before = module.layer1.weight.detach().clone()
     # Training a 4-stage pipeline needs gradient accumulation >= 2 x 4 - 1 = 7 (poptorch's rule).
-    trainer = _fit_pipelined(tmp_path, module, devices=2, accumulate_grad_batches=8)
+    trainer = _fit_pipelined(
+        tmp_path, module, devices=2, accumulate_grad_batches=8, limit_train_batches=4, limit_val_batches=4
+    )
     assert not torch.equal(before, module.layer1.weight)
     report = json.loads((tmp_path / "reports" / "training" / "emulator_profile.json").read_text())
     assert (report["ipus_per_replica"], report["replicas"], report["ipus_reserved"]) == (4, 2, 8)
@@ -161,7 +166,9 @@ def test_model_split_over_4_ipus_with_2_replicas_uses_8_ipus(
     per_ipu = [sorted({name.split(".")[1] for name in ipu["parameters"]}) for ipu in report["ipus"]]
     assert per_ipu == placement
     assert report["ipus"][3]["operators"]["softmax"] == 1  # with the loss, computed after the last block
-    assert trainer.callback_metrics["val_acc"] >= 0
+    # Two classes (the sign of the first feature): chance is 0.5, a model that learnt nothing predicts one class
+    # (0.47 on this validation set). Measured: 0.96 (BeginBlock) and 0.91 (Block) on the emulator.
+    assert trainer.callback_metrics["val_acc"] > 0.75
 
 
 def test_seed_pipelining_example_literally(tmp_path: Path, emulated_ipus: Callable[[int], None]) -> None:

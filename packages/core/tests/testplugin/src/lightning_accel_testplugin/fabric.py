@@ -6,13 +6,15 @@ import torch
 from lightning.fabric.accelerators import CPUAccelerator
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 
+from . import _devices
+
 
 class TestFabricAccelerator(CPUAccelerator):
     """A CPU accelerator registered under another name."""
 
     @staticmethod
     def parse_devices(devices: Any) -> int:
-        return int(devices)
+        return _devices.parse_devices(devices)
 
     @staticmethod
     def get_parallel_devices(devices: Any) -> list[torch.device]:

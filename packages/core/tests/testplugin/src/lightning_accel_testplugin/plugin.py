@@ -9,7 +9,7 @@ def availability() -> Availability:
     """Usable unless ``TESTACC_UNAVAILABLE=1``; emulated when ``LIGHTNING_ACCEL_EMULATE`` names ``testacc``."""
     if os.environ.get("TESTACC_UNAVAILABLE") == "1":
         return Availability("unavailable", "TESTACC_UNAVAILABLE=1 is set; unset it to use testacc.")
-    return Availability("emulated", "testacc always runs on the CPU.", devices=os.cpu_count() or 1)
+    return Availability("emulated", "testacc always runs on the CPU.", devices=1)  # as auto_device_count
 
 
 PLUGIN = PluginSpec(
