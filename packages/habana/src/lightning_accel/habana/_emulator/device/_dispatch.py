@@ -33,7 +33,7 @@ from ._accounting import allocations, track, track_resized
 from ._devices import DEVICE_TYPE, backing_of, hpu_device, index_of
 from ._tensor import HPUTensor, wrap
 
-__all__ = ["CROSS_DEVICE", "METADATA_MUTATING", "run"]
+__all__ = ["CROSS_DEVICE", "METADATA_MUTATING", "UNTRACEABLE_FACTORY", "run"]
 
 aten = torch.ops.aten
 
@@ -72,6 +72,15 @@ METADATA_MUTATING = frozenset(
 )
 """In-place operations that may change their input's sizes, strides or storage; run only when they do not."""
 
+UNTRACEABLE_FACTORY = (
+    "torch.compile cannot trace a tensor created on the emulated 'hpu' device inside the compiled code (a factory "
+    "such as torch.ones(..., device='hpu'), torch.arange(n, device=x.device) or tensor.to('hpu'), used in {func}): "
+    "torch's fake tensors make it a plain tensor on 'hpu' instead of an emulated HPU tensor, which the emulator "
+    "cannot compile. Create it from an 'hpu' tensor instead (x.new_ones(...), torch.ones_like(x), "
+    "x.new_tensor(...)), or outside the compiled function and pass it in; on a real Gaudi this compiles."
+)
+"""Why an ``"hpu"`` factory inside ``torch.compile`` fails (see the package docstring)."""
+
 _plans: dict[Any, Plan] = {}
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 
@@ -87,6 +96,13 @@ def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
 # --- arguments ----------------------------------------------------------------------------------------------------
 
 _SCALARS = frozenset({int, float, bool, complex, str, type(None), torch.SymInt, torch.SymFloat})
+
+
+def _foreign(first: torch.device, tensor: torch.Tensor, func: Any) -> RuntimeError:
+    if tensor.device.type == DEVICE_TYPE:
+        # On "hpu" but not an HPUTensor: a tensor that torch.compile's fake tensors made from a factory call.
+        return RuntimeError(UNTRACEABLE_FACTORY.format(func=func))
+    return _mismatch(first, tensor.device, func)
 
 
 def _mismatch(first: torch.device, other: torch.device, func: Any) -> RuntimeError:
@@ -144,7 +160,7 @@ def _unwrap(
         foreign = foreign if foreign is not None else other
         new_kwargs = dict(zip(kwargs, values, strict=True))
     if foreign is not None and device is not None:
-        raise _mismatch(device, foreign.device, func)
+        raise _foreign(device, foreign, func)
     return new_args, new_kwargs, device
 
 
@@ -170,15 +186,33 @@ def _wrap_new(out: Any, device: torch.device) -> Any:
         return wrap(out, device)
     if type(out) is tuple or type(out) is list:
         return type(out)(_wrap_new(o, device) for o in out)
+    if isinstance(out, torch.Tensor):
+        # A traced result (FakeTensor, FunctionalTensor): no memory, nothing to record.
+        return wrap(out, device)
     return out
 
 
 def _wrap_view(out: Any, device: torch.device) -> Any:
-    if type(out) is torch.Tensor:
+    if type(out) is torch.Tensor or isinstance(out, torch.Tensor):
         return wrap(out, device)
     if type(out) is tuple or type(out) is list:
         return type(out)(_wrap_view(o, device) for o in out)
     return out
+
+
+def _is_traced(out: Any) -> bool:
+    """Whether the backing result ``out`` (a tensor, or a sequence of them) is a traced tensor, not data."""
+    if type(out) is tuple or type(out) is list:
+        return any(_is_traced(o) for o in out)
+    return isinstance(out, torch.Tensor) and type(out) is not torch.Tensor
+
+
+def _traced_view(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, result: Any) -> Any:
+    """Make the wrappers of a traced view alias their input's wrapper, as AOTAutograd's alias analysis expects."""
+    from torch.utils._python_dispatch import _correct_storage_aliasing, get_alias_info
+
+    _correct_storage_aliasing(func, get_alias_info(func), args, result if type(result) is tuple else (result,))
+    return result
 
 
 # --- plans --------------------------------------------------------------------------------------------------------
@@ -236,7 +270,7 @@ def _functional_plan(func: Any, cross_device: bool) -> Plan:
         else:
             new_args, device, foreign = _unwrap_seq(args, func, cross_device, None)
             if foreign is not None and device is not None:
-                raise _mismatch(device, foreign.device, func)
+                raise _foreign(device, foreign, func)
             out = op(*new_args)
         if device is None:
             return out
@@ -271,7 +305,7 @@ def _view_plan(func: Any, cross_device: bool) -> Plan:
         else:
             new_args, device, foreign = _unwrap_seq(args, func, cross_device, None)
             if foreign is not None and device is not None:
-                raise _mismatch(device, foreign.device, func)
+                raise _foreign(device, foreign, func)
             out = op(*new_args)
         if device is None:
             return out
@@ -287,6 +321,8 @@ def _view_plan(func: Any, cross_device: bool) -> Plan:
             )
             result._elem = out
             return result
+        if _is_traced(out):
+            return _traced_view(func, args, kwargs, _wrap_view(out, device))
         return _wrap_view(out, device)
 
     return plan
@@ -346,7 +382,7 @@ def _metadata_plan(cross_device: bool) -> Plan:
             _refuse_if_metadata_changes(func, target, args, kwargs)
         new_args, new_kwargs, _ = _unwrap(func, args, kwargs, cross_device)
         func._op(*new_args, **new_kwargs)
-        if type(target) is HPUTensor:
+        if type(target) is HPUTensor and type(target._elem) is torch.Tensor:
             track_resized(target._elem, target.device.index)
         return target
 
@@ -397,7 +433,8 @@ def _check_unchanged(func: Any, value: Any) -> None:
                 "no longer matches its data and must not be used. Pass an out= tensor of the result's shape, or use "
                 "the operation without out=; on a real Gaudi this runs."
             )
-        track_resized(elem, value.device.index)
+        if type(elem) is torch.Tensor:  # a traced tensor has no memory to record
+            track_resized(elem, value.device.index)
     elif type(value) is list or type(value) is tuple:
         for v in value:
             _check_unchanged(func, v)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import types
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -80,4 +82,50 @@ def install(backend_module: Any = None) -> None:
                 rename=DEVICE_TYPE, backend_module=module, hook=Hooks(), device_guard=DeviceGuard()
             )
         register_kernels()
+        _skip_in_dynamo()
         _installed = True
+
+
+def _code_objects(module: types.ModuleType) -> Iterator[types.CodeType]:
+    """Every code object defined in ``module``: functions, methods, properties and the closures nested in them."""
+    pending: list[Any] = []
+    for value in vars(module).values():
+        if getattr(value, "__module__", None) != module.__name__:
+            continue
+        pending.append(value)
+        if isinstance(value, type):
+            pending.extend(vars(value).values())
+    seen: set[int] = set()
+    while pending:
+        value = pending.pop()
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if isinstance(value, property):
+            pending.extend(f for f in (value.fget, value.fset, value.fdel) if f is not None)
+            continue
+        code = getattr(value, "__code__", value)
+        if not isinstance(code, types.CodeType) or id(code) in seen:
+            continue
+        seen.add(id(code))
+        yield code
+        pending.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+
+
+def _skip_in_dynamo() -> None:
+    """Tell dynamo never to compile the device layer's own frames.
+
+    ``__torch_dispatch__`` and the plans run whenever an ``"hpu"`` operation runs, also eagerly inside a region that
+    ``torch.compile`` is watching (code around a graph break): dynamo would then try to compile them as user code
+    (failing on a wrapper whose ``_elem`` is not set yet). What dynamo traces of an ``"hpu"`` tensor is the ATen
+    operation itself; the device layer runs under fake tensors for it. This is ``torch._dynamo.eval_frame.skip_code``
+    for every code object of these modules, through the C entry point so that importing dynamo (seconds) is not paid
+    by processes that never compile.
+    """
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+
+    from . import _accounting, _backend, _devices, _dispatch, _kernels, _tensor
+
+    strategy = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.DEFAULT)
+    for module in (_tensor, _dispatch, _kernels, _accounting, _backend, _devices):
+        for code in _code_objects(module):
+            set_code_exec_strategy(code, strategy)

@@ -19,10 +19,13 @@ device type of c10, not PrivateUse1) with a storage in device memory allocated b
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from typing import Any
 
 import torch
+
+from ._accounting import track
 
 __all__ = ["HPUTensor", "unwrap", "wrap"]
 
@@ -64,7 +67,21 @@ class HPUTensor(torch.Tensor):
     def __tensor_unflatten__(
         inner_tensors: dict[str, torch.Tensor], device: torch.device, outer_size: Any, outer_stride: Any
     ) -> HPUTensor:
-        return wrap(inner_tensors["_elem"], device)
+        # AOTAutograd re-wraps the outputs of a compiled graph here: their new storages are device allocations. Traced
+        # inner tensors (dynamo's fake inputs) have no memory.
+        elem = inner_tensors["_elem"]
+        if type(elem) is torch.Tensor:
+            track(elem, device.index)
+        return wrap(elem, device)
+
+    def _stable_hash_for_caching(self) -> str:
+        # AOTAutograd's cache key for a traceable wrapper subclass input (torch warns when a subclass has none).
+        elem = self._elem
+        key = (
+            f"HPUTensor|{self.device}|{elem.device}|{self.dtype}|{tuple(self.shape)}|{tuple(self.stride())}|"
+            f"{self.requires_grad}"
+        )
+        return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
     def __reduce_ex__(self, proto: Any) -> Any:
         # Pickle as a plain device tensor: its host copy and the device string, restored by
@@ -88,6 +105,11 @@ class HPUTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         # torch prints a subclass as "HPUTensor(...)" (and a parameter as "Parameter(HPUTensor(...))"); a real HPU
         # tensor prints as "tensor(..., device='hpu:0')", with "Parameter containing:" above a parameter.
+        elem = self.__dict__.get("_elem")
+        if type(elem) is not torch.Tensor:
+            # A wrapper being made, or one that torch.compile traces (fake inner tensor): there is no data to print.
+            inner = "none" if elem is None else type(elem).__name__
+            return f"HPUTensor(size={tuple(self.shape)}, dtype={self.dtype}, device='{self.device}', inner={inner})"
         text = torch._tensor_str._str(self, tensor_contents=tensor_contents)
         is_param = text.startswith("Parameter(")
         if is_param:

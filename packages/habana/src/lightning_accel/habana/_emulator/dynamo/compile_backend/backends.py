@@ -26,6 +26,8 @@ import torch
 from torch._dynamo.backends.registry import register_backend
 
 from ...core import LAZY_MODE_VAR, is_lazy
+from ...device._dispatch import UNTRACEABLE_FACTORY
+from ...device._tensor import HPUTensor
 from ...hpu import graphs
 
 __all__ = ["hpu_backend"]
@@ -37,6 +39,16 @@ def _refuse_during_capture() -> None:
             "A torch.compile-d function ran inside an HPU graph capture. HPU graphs cannot be combined with "
             "torch.compile (the SDK does not support it): capture an uncompiled model, or compile without HPU graphs."
         )
+
+
+def _refuse_untraceable_hpu_tensors(graph_module: torch.fx.GraphModule) -> None:
+    # An "hpu" tensor that torch.compile made inside the graph (tensor.to("hpu") of a host tensor, a factory whose
+    # result meets no emulated tensor) is a plain fake tensor of device "hpu", which Inductor cannot compile for: say
+    # so instead of Inductor's KeyError. Factories that meet an emulated tensor are refused by its dispatch already.
+    for node in graph_module.graph.nodes:
+        for value in torch.utils._pytree.tree_leaves(node.meta.get("example_value")):
+            if isinstance(value, torch.Tensor) and not isinstance(value, HPUTensor) and value.device.type == "hpu":
+                raise RuntimeError(UNTRACEABLE_FACTORY.format(func=node.format_node()))
 
 
 def _refuse_lazy_mode() -> None:
@@ -55,6 +67,7 @@ def hpu_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any], *
 
     _refuse_lazy_mode()
     _refuse_during_capture()
+    _refuse_untraceable_hpu_tensors(graph_module)
     compiled: Callable[..., Any] = compile_fx(graph_module, example_inputs)  # type: ignore[assignment]
 
     def run(*args: Any) -> Any:

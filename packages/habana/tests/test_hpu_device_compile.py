@@ -1,0 +1,239 @@
+"""``torch.compile`` over tensors of the emulated ``"hpu"`` device (``_emulator.device``, ``hpu_backend``).
+
+The device cannot be uninstalled from a process, so, as in ``test_hpu_device.py``, these tests run in one child
+pytest process of their own and each test here reports the outcome of the same test in that child.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from _habana_helpers import PYTHON, script_env
+
+CHILD_VAR = "LIGHTNING_ACCEL_TEST_HPU_DEVICE_COMPILE_CHILD"
+IN_CHILD = os.environ.get(CHILD_VAR) == "1"
+
+_child_results: dict[str, tuple[str, str]] | None = None
+
+
+def _run_child() -> dict[str, tuple[str, str]]:
+    global _child_results
+    if _child_results is None:
+        report = Path(os.environ.get("TMPDIR", "/tmp")) / f"hpu_device_compile_child_{os.getpid()}.xml"
+        proc = subprocess.run(
+            [PYTHON, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
+            env=script_env(**{CHILD_VAR: "1", "LIGHTNING_ACCEL_EMULATE": "hpu"}),
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=Path(__file__).parent,
+        )
+        results: dict[str, tuple[str, str]] = {}
+        if report.exists():
+            for case in ET.parse(report).getroot().iter("testcase"):
+                outcome, text = "passed", ""
+                for child in case:
+                    if child.tag in {"failure", "error", "skipped"}:
+                        outcome, text = child.tag, (child.get("message") or "") + "\n" + (child.text or "")
+                results[case.get("name", "")] = (outcome, text)
+            report.unlink()
+        results["<process>"] = (str(proc.returncode), proc.stdout[-4000:] + proc.stderr[-4000:])
+        _child_results = results
+    return _child_results
+
+
+def isolated(test: Callable[..., None]) -> Callable[..., None]:
+    """Run ``test`` in the child process (where the device is installed) and report its outcome here."""
+
+    @functools.wraps(test)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        if IN_CHILD:
+            from lightning_accel.habana._emulator.device import install
+
+            install()
+            torch._dynamo.reset()
+            torch._dynamo.utils.counters.clear()
+            test(*args, **kwargs)
+            return
+        name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].rsplit(" ", 1)[0]
+        results = _run_child()
+        if name not in results:
+            pytest.fail(f"the child pytest process did not run {name}:\n{results['<process>'][1]}")
+        outcome, text = results[name]
+        if outcome == "skipped":
+            pytest.skip(text)
+        if outcome != "passed":
+            pytest.fail(f"{name} failed in the child process:\n{text}", pytrace=False)
+
+    return wrapper
+
+
+class _SpyBackend:
+    """``hpu_backend``, recording the graphs it is given."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
+        from lightning_accel.habana._emulator.dynamo.compile_backend.backends import hpu_backend
+
+        self.graphs.append(graph_module)
+        return hpu_backend(graph_module, example_inputs, **kwargs)
+
+    def ops(self) -> list[Any]:
+        return [n.target for g in self.graphs for n in g.graph.nodes if n.op in ("call_function", "call_method")]
+
+
+def _assert_no_eager_fallback() -> None:
+    counters = torch._dynamo.utils.counters
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] >= 1
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)
+    ).to("hpu")
+
+
+@isolated
+def test_backend_compiles_a_graph_whose_forward_equals_eager() -> None:
+    from lightning_accel.habana._emulator.device import HPUTensor, allocations
+
+    model = torch.nn.Linear(4, 2).to("hpu")
+    x = torch.randn(3, 4, device="hpu")
+    spy = _SpyBackend()
+    compiled = torch.compile(model, backend=spy)
+    before = allocations.stats(0).num_allocs
+    y = compiled(x)
+    assert len(spy.graphs) == 1
+    assert spy.ops(), spy.graphs[0].graph
+    _assert_no_eager_fallback()
+    assert type(y) is HPUTensor
+    assert y.device == torch.device("hpu", 0)
+    # The output of the compiled graph is a new device allocation, as the output of an eager operation is.
+    assert allocations.stats(0).num_allocs > before
+    torch.testing.assert_close(y, model(x))
+    y.sum().backward()
+    assert model.weight.grad is not None
+    assert model.weight.grad.device == torch.device("hpu", 0)
+    assert type(model.weight.grad) is HPUTensor
+
+
+@isolated
+def test_training_steps_of_a_compiled_mlp_match_eager() -> None:
+    x = torch.randn(64, 8).to("hpu")
+    y = torch.randint(0, 4, (64,)).to("hpu")
+
+    def train(model: torch.nn.Module, forward: Callable[..., torch.Tensor]) -> list[float]:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+        losses = []
+        for _ in range(6):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(forward(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    eager_model = _mlp()
+    eager = train(eager_model, eager_model)
+    model = _mlp()
+    spy = _SpyBackend()
+    compiled = train(model, torch.compile(model, backend=spy))
+    assert len(spy.graphs) == 1
+    assert torch.ops.aten.linear.default in spy.ops() or torch._C._nn.linear in spy.ops(), spy.graphs[0].graph
+    _assert_no_eager_fallback()
+    assert compiled[-1] < compiled[0]
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
+    for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+        assert p.grad is not None
+        assert p.grad.device == torch.device("hpu", 0)
+        assert p.device == torch.device("hpu", 0)
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+@isolated
+def test_compile_by_backend_name_with_loss_in_the_graph() -> None:
+    x = torch.randn(16, 8).to("hpu")
+    y = torch.randint(0, 4, (16,)).to("hpu")
+    eager_model, model = _mlp(), _mlp()
+
+    @torch.compile(backend="hpu_backend")
+    def loss_fn(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(model(inputs), targets)
+
+    loss = loss_fn(x, y)
+    expected = torch.nn.functional.cross_entropy(eager_model(x), y)
+    _assert_no_eager_fallback()
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    expected.backward()
+    for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None
+        assert p.grad.device == torch.device("hpu", 0)
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+
+
+@isolated
+def test_views_input_mutations_and_buffers() -> None:
+    def mutate(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a.mul_(2)
+        a[0].add_(1)
+        return a.t().reshape(-1)[:5], *a.split(2)
+
+    x = torch.randn(4, 8, device="hpu")
+    expected_input = x.clone()
+    expected = mutate(expected_input)
+    spy = _SpyBackend()
+    out = torch.compile(mutate, backend=spy)(x)
+    _assert_no_eager_fallback()
+    assert len(spy.graphs) == 1
+    torch.testing.assert_close(x, expected_input)
+    for got, want in zip(out, expected, strict=True):
+        assert got.device == torch.device("hpu", 0)
+        torch.testing.assert_close(got, want)
+
+    torch.manual_seed(0)
+    norm = torch.nn.BatchNorm1d(8).to("hpu")
+    torch.compile(norm, backend="hpu_backend")(x)
+    assert norm.running_mean.device == torch.device("hpu", 0)
+    torch.testing.assert_close(norm.running_mean, 0.1 * x.mean(0))
+    assert norm.num_batches_tracked.item() == 1
+
+
+@isolated
+def test_code_around_a_graph_break_runs_on_the_device() -> None:
+    # The device layer's own frames run eagerly under dynamo here; dynamo must leave them alone.
+    def fn(a: torch.Tensor) -> torch.Tensor:
+        b = a * 2
+        torch._dynamo.graph_break()
+        return torch.nn.functional.relu(b + 1)
+
+    x = torch.randn(5, device="hpu")
+    spy = _SpyBackend()
+    torch.testing.assert_close(torch.compile(fn, backend=spy)(x), fn(x))
+    assert len(spy.graphs) == 2
+
+
+@isolated
+def test_tensors_created_on_hpu_inside_the_compiled_code_are_refused() -> None:
+    x = torch.randn(4, 8, device="hpu")
+    with pytest.raises(Exception, match="cannot trace a tensor created on the emulated 'hpu' device"):
+        torch.compile(lambda a: a + torch.ones(4, 8, device="hpu"), backend="hpu_backend")(x)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="cannot trace a tensor created on the emulated 'hpu' device"):
+        torch.compile(lambda a: a.to("hpu") * 2, backend="hpu_backend")(torch.ones(3))
+    torch._dynamo.reset()
+    # What the message proposes compiles.
+    out = torch.compile(lambda a: a + a.new_ones(8) + torch.zeros_like(a), backend="hpu_backend")(x)
+    torch.testing.assert_close(out, x + 1)
