@@ -35,6 +35,22 @@ a ``generator=`` argument must be a generator of the backing device.
 for storage-less PrivateUse1 tensors); ``torch.load`` restores it on ``"hpu"``, or where ``map_location`` says
 (``map_location="cpu"`` gives CPU tensors). Views saved together are restored as separate tensors.
 
+**torch.compile.** ``torch.compile(model, backend="hpu_backend")`` compiles real graphs over ``"hpu"`` tensors, the
+way torch compiles any traceable wrapper subclass (DTensor, ``TwoTensor``): dynamo fakeifies an :class:`HPUTensor`
+through ``__tensor_flatten__`` (a wrapper around a fake backing tensor) and records the ATen-level graph;
+AOTAutograd desugars the wrappers to their backing tensors and traces ``__torch_dispatch__`` with fake, functional
+and proxy backing tensors into forward and backward graphs of the backing device, which Inductor compiles; the
+outputs are wrapped again (``__tensor_unflatten__``, which records their storages as allocations). The dispatch keeps
+its fast path for plain backing tensors; results that are traced tensors are wrapped without memory accounting, and
+traced views are made to alias their input's wrapper (``_correct_storage_aliasing``) for AOTAutograd's alias
+analysis. dynamo is told to skip the device layer's own frames (``_install._skip_in_dynamo``), which run eagerly
+inside compiled regions around graph breaks. What does not compile: a tensor *created* on ``"hpu"`` inside the
+compiled code (``torch.ones(..., device="hpu")``, ``torch.arange(n, device=x.device)``, ``cpu_tensor.to("hpu")``).
+torch's fake tensor mode handles factories itself, before any kernel of the device, and makes them plain fake
+tensors of device ``"hpu"``, not wrappers, which the dispatch cannot run and Inductor has no device for; both places
+raise an error that says so (``_dispatch.UNTRACEABLE_FACTORY``) rather than fall back to eager. Create such tensors
+from an ``"hpu"`` tensor (``x.new_ones``, ``torch.zeros_like``) or outside the compiled function.
+
 **What a real Gaudi does differently.** There, ``"hpu"`` is c10's built-in ``DeviceType::HPU`` (not PrivateUse1),
 the tensors are ordinary ``TensorImpl`` s with storage in device memory allocated by the Synapse runtime, kernels run
 on the card (eagerly, or accumulated into graphs in lazy mode), streams and events exist, and the SDK keeps its own
