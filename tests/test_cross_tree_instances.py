@@ -80,7 +80,12 @@ def test_seed_pattern_with_instances_fits(run, tmp_path: Path, tree: str) -> Non
     (tmp_path / "ops_bf16.txt").write_text("linear\naddmm\n")
     (tmp_path / "ops_fp32.txt").write_text("softmax\n")
     (tmp_path / "script.py").write_text(SCRIPT)
-    out = _result(run(["script.py", tree], env={"LIGHTNING_ACCEL_EMULATE": "hpu,ipu"}, cwd=tmp_path))
+    # The SDK reads its autocast lists when it loads (at `import torch`): they are set before the start, as on Gaudi.
+    lists = {
+        "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST": str(tmp_path / "ops_bf16.txt"),
+        "PT_HPU_AUTOCAST_FP32_OPS_LIST": str(tmp_path / "ops_fp32.txt"),
+    }
+    out = _result(run(["script.py", tree], env={"LIGHTNING_ACCEL_EMULATE": "hpu,ipu", **lists}, cwd=tmp_path))
     assert out["precision"] == ["HPUPrecisionPlugin", ["addmm", "linear"], ["softmax"], 2]
     assert out["checkpoint_io"] == "HPUCheckpointIO"
     assert out["accelerator"] == ["HPUAccelerator", "SingleHPUStrategy", 2]

@@ -1,6 +1,12 @@
 """Mixed precision with operator lists on HPUs (seed: 'Customize Mixed Precision').
 
-Run: LIGHTNING_ACCEL_EMULATE=hpu python examples/habana/mixed_precision.py
+The SDK reads its autocast operator lists (ATen names, one per line) once, when it loads, which in eager mode (the
+default) is at ``import torch``: export them before the start, and pass the same files to the plugin.
+
+Run:
+    export PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST=examples/habana/ops_bf16_mnist.txt
+    export PT_HPU_AUTOCAST_FP32_OPS_LIST=examples/habana/ops_fp32_mnist.txt
+    LIGHTNING_ACCEL_EMULATE=hpu python examples/habana/mixed_precision.py
 """
 
 from __future__ import annotations
@@ -51,8 +57,6 @@ def main() -> None:
         plugins=[
             HPUPrecisionPlugin(
                 precision="bf16-mixed",
-                opt_level="O1",
-                verbose=False,
                 bf16_file_path=HERE / "ops_bf16_mnist.txt",
                 fp32_file_path=HERE / "ops_fp32_mnist.txt",
             )

@@ -9,6 +9,7 @@ would only show on hardware.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,31 +82,32 @@ def test_tensors_live_on_hpu_and_host_devices_are_refused(installed_sdk: None) -
     )
 
 
-def test_autocast_is_torch_autocast_on_hpu_with_the_lists_handed_to_the_sdk(
-    installed_sdk: None, monkeypatch: pytest.MonkeyPatch
+def test_autocast_is_torch_autocast_on_hpu_and_list_files_are_handed_to_the_sdk_before_it_loads(
+    installed_sdk: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     for variable in LIST_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    context = sdk.autocast(torch.bfloat16, lower_ops=frozenset({"matmul", "linear"}), fp32_ops=frozenset({"softmax"}))
+    lower, fp32 = tmp_path / "lower.txt", tmp_path / "fp32.txt"
+    lower.write_text("linear\nmatmul\n")
+    fp32.write_text("softmax\n")
+    sdk._export_autocast_lists(lower, fp32)  # the plugin's constructor, before the SDK loads
+    assert [os.environ[variable] for variable in LIST_VARIABLES] == [str(lower.resolve()), str(fp32.resolve())]
+    assert _sdk_modules() == {}
+    context = sdk.autocast(torch.bfloat16)
     assert isinstance(context, torch.autocast)
     assert (context.device, context.fast_dtype, context._enabled) == ("hpu", torch.bfloat16, True)
-    lower, fp32 = (Path(os.environ[variable]) for variable in LIST_VARIABLES)
-    try:
-        assert lower.read_text() == "linear\nmatmul\n"
-        assert fp32.read_text() == "softmax\n"
-    finally:
-        lower.unlink()
-        fp32.unlink()
 
 
-def test_lists_given_after_the_sdk_loaded_are_refused_with_a_warning(
-    installed_sdk: None, monkeypatch: pytest.MonkeyPatch
+def test_lists_given_after_the_sdk_loaded_are_refused_with_the_export_lines(
+    installed_sdk: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     for variable in LIST_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
+    lower = tmp_path / "lower.txt"
+    lower.write_text("linear\n")
     sdk.htcore.mark_step()  # any use of the SDK imports it; it reads the list variables only then
-    with pytest.warns(UserWarning, match="imported before the operator lists were set"):
-        sdk.autocast(torch.bfloat16, lower_ops=frozenset({"linear"}))
+    with pytest.raises(ConfigurationError, match=re.escape(f"export {LIST_VARIABLES[0]}={lower.resolve()}\n")):
+        sdk._export_autocast_lists(lower, None)
     assert not any(variable in os.environ for variable in LIST_VARIABLES)
 
 

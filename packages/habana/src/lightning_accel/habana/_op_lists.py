@@ -1,4 +1,10 @@
-"""Reading and checking mixed-precision operator lists (one operator name per line, ``#`` starts a comment)."""
+"""Reading and checking autocast operator lists: the SDK's format, one ATen operator name per line.
+
+The SDK reads each line of a list file as it is (gaudi-pytorch-bridge ``autocast_helpers.cpp``): a name with spaces
+around it, a trailing comment or a Windows line ending matches no operator and is silently ignored there. So the
+plugin refuses such lines, and names that are no ATen operator, before the file reaches the SDK. Blank lines and lines
+starting with ``#`` are allowed (they name no operator on the SDK either).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,15 @@ from pathlib import Path
 
 from lightning_accel.core.errors import ConfigurationError
 
-from ._operators import known_operators
+from ._operators import SDK_ONLY_NAMES, aten_operator_names, is_functional_name
 
 __all__ = ["read_operator_list"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_FORMAT = "one operator name per line (e.g. 'linear'), blank lines and '#' comments allowed"
+_FORMAT = (
+    "one ATen operator name per line (e.g. 'linear', 'softmax', 'cross_entropy_loss'), nothing else on the line; "
+    "blank lines and lines starting with '#' allowed"
+)
 
 
 def read_operator_list(path: str | Path, argument: str) -> frozenset[str]:
@@ -33,29 +42,42 @@ def read_operator_list(path: str | Path, argument: str) -> frozenset[str]:
             "path (relative paths start from the working directory) or leave the argument out for the default list."
         )
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open(encoding="utf-8", newline="") as handle:
+            text = handle.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationError(
             f"{argument}={str(path)!r} cannot be read ({exc}). Accepted: a readable UTF-8 text file with {_FORMAT}."
         ) from exc
     names: set[str] = set()
-    known = known_operators()
-    for number, line in enumerate(text.splitlines(), start=1):
-        name = line.split("#", 1)[0].strip()
-        if not name:
+    known = aten_operator_names() | SDK_ONLY_NAMES
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip() or line.startswith("#"):
             continue
-        if not _NAME.match(name):
+        where = f"{argument}={str(path)!r}, line {number}"
+        if line != line.strip():
             raise ConfigurationError(
-                f"{argument}={str(path)!r}, line {number}: {line.strip()!r} is not an operator name. Accepted: "
-                f"{_FORMAT}. Put each name on its own line, without commas, quotes or dtypes."
+                f"{where}: {line!r} has spaces or a line ending ('\\r') around the name, which the SDK keeps as part "
+                f"of the name, so it would match no operator. Accepted: {_FORMAT}. Remove them (save with Unix line "
+                "endings)."
             )
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=3)
+        if not _NAME.match(line):
+            raise ConfigurationError(
+                f"{where}: {line!r} is not an operator name. Accepted: {_FORMAT}. Put each name on its own line, "
+                "without commas, quotes, dtypes or trailing comments."
+            )
+        if line not in known:
+            close = difflib.get_close_matches(line, sorted(known), n=3)
             hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
             raise ConfigurationError(
-                f"{argument}={str(path)!r}, line {number}: {name!r} is not a known operator.{hint} Accepted: names of "
-                "functions in torch, torch.nn.functional or methods of torch.Tensor (e.g. 'linear', 'softmax', "
-                "'matmul')."
+                f"{where}: {line!r} is not an ATen operator.{hint} Accepted: ATen operator names, as in the SDK's own "
+                "lists (e.g. 'linear', 'matmul', 'softmax', 'cross_entropy_loss'; torch.nn.functional.cross_entropy "
+                "is 'cross_entropy_loss')."
             )
-        names.add(name)
+        if not is_functional_name(line):
+            raise ConfigurationError(
+                f"{where}: {line!r} is an in-place, out= or backward operator, which the SDK's autocast never casts. "
+                "Accepted: functional operators; name the functional form instead (e.g. 'add' for 'add_' or "
+                "'add_out')."
+            )
+        names.add(line)
     return frozenset(names)

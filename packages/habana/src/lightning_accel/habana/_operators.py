@@ -1,46 +1,28 @@
-"""Operator names as mixed-precision operator lists spell them (shared by the precision plugin and the emulator)."""
+"""The operator names the SDK's autocast lists use: ATen operator names (``linear``, ``cross_entropy_loss``)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import Any
 
-__all__ = ["known_operators", "operator_name"]
+__all__ = ["SDK_ONLY_NAMES", "aten_operator_names", "is_functional_name"]
 
-_DUNDER_BASES = frozenset({"add", "sub", "mul", "matmul", "truediv", "floordiv", "pow", "mod", "and", "or", "xor"})
-
-
-def operator_name(func: Callable[..., Any]) -> str:
-    """The list name of ``func``: ``torch.nn.functional.linear`` is ``linear``, ``Tensor.__matmul__`` is ``matmul``.
-
-    Reflected and in-place dunders (``__rmul__``, ``__iadd__``) keep their plain name.
-    """
-    name = getattr(func, "__name__", "") or ""
-    if name.startswith("__") and name.endswith("__"):
-        name = name[2:-2]
-        if name.startswith(("r", "i")) and name[1:] in _DUNDER_BASES:
-            name = name[1:]
-    return name
+# Names in the SDK's own default and promote lists (autocast_helpers.h) that are no ATen operator (Python spellings);
+# accepted so that a copy of the SDK's default list can be edited.
+SDK_ONLY_NAMES = frozenset({"truediv", "iadd"})
 
 
 @functools.cache
-def known_operators() -> frozenset[str]:
-    """Every name an operator list may contain.
-
-    These are the public functions of ``torch``, ``torch.nn.functional``, ``torch.special``, ``torch.linalg``,
-    ``torch.fft`` and the methods of ``torch.Tensor``.
-    """
+def aten_operator_names() -> frozenset[str]:
+    """The base names (without overload) of every ATen operator registered with torch in this process."""
     import torch
 
-    names: set[str] = set()
-    for namespace in (torch, torch.nn.functional, torch.Tensor, torch.special, torch.linalg, torch.fft):
-        for attr in dir(namespace):
-            value = getattr(namespace, attr, None)
-            if not callable(value) or isinstance(value, type):
-                continue
-            if attr.startswith("__") and attr.endswith("__"):
-                names.add(operator_name(value) or attr[2:-2])
-            elif not attr.startswith("_"):
-                names.add(attr)
-    return frozenset(names)
+    return frozenset(
+        name.split("::", 1)[1].split(".", 1)[0]
+        for name in torch._C._dispatch_get_all_op_names()
+        if name.startswith("aten::")
+    )
+
+
+def is_functional_name(name: str) -> bool:
+    """Whether the SDK gives operator ``name`` autocast kernels at all: not in-place, ``out=`` or backward."""
+    return not (name.endswith(("_", "_out")) or "backward" in name)

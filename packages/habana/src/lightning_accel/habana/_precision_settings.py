@@ -31,7 +31,6 @@ PrecisionLiteral = Literal["bf16-mixed", "16-mixed", "32-true", "bf16-true"]
 PRECISIONS: tuple[str, ...] = ("bf16-mixed", "16-mixed", "32-true", "bf16-true")
 # Lightning's short spellings, mapped as Lightning maps them (precision=16 is "16-mixed").
 _ALIASES: dict[Any, str] = {16: "16-mixed", "16": "16-mixed", "bf16": "bf16-mixed", 32: "32-true", "32": "32-true"}
-_OPT_LEVELS = ("O1", "O2")
 _ACCEPTED = "'bf16-mixed', '16-mixed', '32-true', 'bf16-true' (or Lightning's 16, '16', 'bf16', 32, '32')"
 # Lightning's connectors build these from precision=...; they know nothing of HPUs, so the strategies translate them.
 _GENERIC = ("Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision")
@@ -60,10 +59,10 @@ class PrecisionSettings:
 
     Attributes:
         precision: One of :data:`PRECISIONS`.
-        opt_level: ``"O1"`` or ``"O2"``.
-        verbose: Log cast decisions.
-        lower_ops: Operators run in the lower dtype (``None``: the SDK's default list).
-        fp32_ops: Operators run in float32 (``None``: the SDK's default list).
+        opt_level: ``"O1"`` (the SDK's autocast has no other level).
+        verbose: ``False`` (the SDK's autocast does not report its decisions).
+        lower_ops: Operators run in the lower dtype (``None``: the list the SDK loaded).
+        fp32_ops: Operators run in float32 (``None``: the list the SDK loaded).
     """
 
     precision: str
@@ -81,17 +80,27 @@ class PrecisionSettings:
         bf16_file_path: str | Path | None,
         fp32_file_path: str | Path | None,
     ) -> PrecisionSettings:
-        """Check the plugin arguments and read the operator lists.
+        """Check the plugin arguments, read the operator lists and hand them to the SDK (before it loads).
 
         Raises:
-            ConfigurationError: For an unsupported precision or ``opt_level``, lists given without a mixed
-                precision, a bad list file, an operator in both lists, or ``"16-mixed"`` on a Gaudi without float16.
+            ConfigurationError: For an unsupported precision, ``opt_level`` or ``verbose``, lists given without a
+                mixed precision, a bad list file, an operator in both lists, lists that cannot reach the SDK (it has
+                loaded with other lists: the message gives the ``export`` lines to set before start), or
+                ``"16-mixed"`` on a Gaudi without float16.
         """
         value = normalize_precision(precision)
-        if opt_level not in _OPT_LEVELS:
+        if opt_level != "O1":
             raise ConfigurationError(
-                f"opt_level={opt_level!r} is not supported. Accepted: 'O1' (only the listed operators are cast) or "
-                "'O2' (every operator runs in the lower precision except the float32 list)."
+                f"opt_level={opt_level!r} is not supported. Accepted: 'O1' (the default): HPU mixed precision is the "
+                "SDK's torch.autocast(device_type='hpu'), which casts only the operators of its lists and has no other "
+                "level (O2 was Habana Mixed Precision's, removed from the SDK). To run more operators in the lower "
+                "precision, list their ATen names in bf16_file_path."
+            )
+        if verbose:
+            raise ConfigurationError(
+                f"verbose={verbose!r} is not supported. Accepted: verbose=False (the default): the SDK's "
+                "torch.autocast(device_type='hpu') does not report its cast decisions. To see which dtype an operator "
+                "ran in, look at the dtype of its output."
             )
         mixed = value.endswith("-mixed")
         if not mixed and (bf16_file_path is not None or fp32_file_path is not None):
@@ -108,9 +117,11 @@ class PrecisionSettings:
                 f"fp32_file_path={str(fp32_file_path)!r}. Accepted: each operator in at most one list; remove it from "
                 "the list whose precision you do not want."
             )
+        # The SDK reads the lists once, when it loads: hand them over now, before anything loads it.
+        sdk._export_autocast_lists(bf16_file_path, fp32_file_path)
         if value == "16-mixed":
             _require_float16()
-        return cls(value, opt_level, bool(verbose), lower, fp32)
+        return cls(value, opt_level, False, lower, fp32)
 
     @property
     def mixed(self) -> bool:
@@ -133,7 +144,7 @@ class PrecisionSettings:
             return default_dtype(torch.bfloat16)
         if not self.mixed:
             return nullcontext()
-        return sdk.autocast(self.lower_dtype, self.lower_ops, self.fp32_ops, self.opt_level, self.verbose)
+        return sdk.autocast(self.lower_dtype)
 
     def no_cast_context(self) -> AbstractContextManager[Any]:
         """No casting inside (the optimizer step); nothing to do for the true precisions."""

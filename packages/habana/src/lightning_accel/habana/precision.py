@@ -23,29 +23,38 @@ __all__ = ["HPUPrecisionPlugin"]
 class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
     """Mixed or true precision on HPUs (``Trainer(accelerator="hpu", precision="bf16-mixed")`` picks it for you).
 
-    With a mixed precision, each operation of the forward pass and the steps runs in the precision its operator
-    list gives it: the lower-precision list in bfloat16 (float16 for ``"16-mixed"``), the float32 list in float32,
-    and, at ``opt_level="O1"``, everything else on its inputs as they are; at ``"O2"`` everything else in the lower
-    precision. Weights, gradients and optimizer steps stay in float32; the step runs with casting switched off.
+    With a mixed precision, the forward pass and the steps run inside the SDK's
+    ``torch.autocast(device_type="hpu", dtype=...)``: each ATen operator of the SDK's lower-precision list runs in
+    bfloat16 (float16 for ``"16-mixed"``), each of its float32 list in float32, a few (``add``, ``cat``, ...) in the
+    widest dtype of their inputs, and everything else on its inputs as they are. Weights, gradients and optimizer steps
+    stay in float32; the step runs with autocast switched off.
+
+    The SDK reads its lists once, when it loads (in eager mode, the default, at ``import torch``), from the files
+    named by ``PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST`` and ``PT_HPU_AUTOCAST_FP32_OPS_LIST``. ``bf16_file_path``
+    and ``fp32_file_path`` set those variables when the plugin is built before the SDK has loaded (lazy mode, or
+    ``PT_HPU_AUTOLOAD=0``); once it has loaded, they must name the lists it loaded, or the constructor fails with the
+    ``export`` lines to set before the process starts.
 
     Args:
         precision: ``"bf16-mixed"``, ``"16-mixed"`` (Gaudi2 and later), ``"32-true"`` or ``"bf16-true"``
             (bfloat16 weights); Lightning's ``16``, ``"bf16"`` and ``32`` map as Lightning maps them.
-        opt_level: ``"O1"`` or ``"O2"`` (see above).
-        verbose: Log each operator's first cast decision (logger ``lightning_accel.habana.precision``).
-        bf16_file_path: Text file naming the lower-precision operators, one per line; the SDK's default list when
-            omitted.
-        fp32_file_path: Text file naming the float32 operators, one per line; the SDK's default list when omitted.
+        opt_level: Only ``"O1"``, the SDK autocast's behaviour (kept for the seeds' signature).
+        verbose: Only ``False``: the SDK's autocast does not report its decisions.
+        bf16_file_path: Text file naming the lower-precision ATen operators, one per line (it replaces the SDK's
+            default list); the list the SDK loaded when omitted.
+        fp32_file_path: Text file naming the float32 ATen operators, one per line (it replaces the SDK's default
+            list); the list the SDK loaded when omitted.
         device: The device type; only ``"hpu"``.
 
     Raises:
-        ConfigurationError: For an unsupported ``precision`` or ``opt_level``, a missing, unreadable or malformed
-            list file, an unknown operator name, or lists given with a precision that casts nothing.
+        ConfigurationError: For an unsupported ``precision``, ``opt_level`` or ``verbose``, a missing, unreadable or
+            malformed list file, a name that is no ATen operator, lists given with a precision that casts nothing, or
+            lists the SDK can no longer load.
 
     Example:
         >>> from lightning.pytorch import Trainer
         >>> from lightning_accel.habana import HPUPrecisionPlugin
-        >>> plugin = HPUPrecisionPlugin("bf16-mixed", opt_level="O1", bf16_file_path="ops_bf16.txt")  # doctest: +SKIP
+        >>> plugin = HPUPrecisionPlugin("bf16-mixed", bf16_file_path="ops_bf16.txt")  # doctest: +SKIP
         >>> trainer = Trainer(accelerator="hpu", devices=1, plugins=[plugin])  # doctest: +SKIP
     """
 
@@ -73,12 +82,12 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
 
     @property
     def lower_ops(self) -> frozenset[str] | None:
-        """The operators run in the lower precision (``None``: the SDK's default list)."""
+        """The operators run in the lower precision (``None``: the list the SDK loaded)."""
         return self._settings.lower_ops
 
     @property
     def fp32_ops(self) -> frozenset[str] | None:
-        """The operators run in float32 (``None``: the SDK's default list)."""
+        """The operators run in float32 (``None``: the list the SDK loaded)."""
         return self._settings.fp32_ops
 
     @override
@@ -89,7 +98,7 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         closure: Callable[[], Any],
         **kwargs: Any,
     ) -> Any:
-        """Run the optimizer step with casting switched off; the closure's training step casts as usual."""
+        """Run the optimizer step with autocast switched off; the closure's training step casts as usual."""
         with self._settings.no_cast_context():
             return super().optimizer_step(optimizer, model, closure, **kwargs)
 

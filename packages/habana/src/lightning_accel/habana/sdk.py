@@ -26,10 +26,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import shlex
 import sys
-import tempfile
-import warnings
 from contextlib import AbstractContextManager
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -136,69 +136,88 @@ def hccl_module() -> ModuleType:
     return _module("distributed.hccl")
 
 
-def autocast(
-    dtype: torch.dtype,
-    lower_ops: frozenset[str] | None = None,
-    fp32_ops: frozenset[str] | None = None,
-    opt_level: str = "O1",
-    verbose: bool = False,
-) -> AbstractContextManager[Any]:
-    """A context manager that runs operations in mixed precision, operator by operator.
+def autocast(dtype: torch.dtype) -> AbstractContextManager[Any]:
+    """``torch.autocast(device_type="hpu", dtype=dtype)``: the SDK's per-operator mixed precision.
 
-    On Gaudi it is ``torch.autocast(device_type="hpu", dtype=dtype)``; custom lists are handed to the SDK through
-    ``PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST`` / ``PT_HPU_AUTOCAST_FP32_OPS_LIST``, which the SDK reads when it is
-    first imported. On the emulator it is the emulator's per-operator casting with the same lists.
+    The SDK decides which ATen operator runs in which dtype, from the operator lists it read when it loaded (its
+    default lists, or the files named by ``PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST`` /
+    ``PT_HPU_AUTOCAST_FP32_OPS_LIST``; see :func:`_export_autocast_lists`).
 
     Args:
-        dtype: The lower dtype, ``torch.bfloat16`` or ``torch.float16``.
-        lower_ops: Operators run in ``dtype``; the SDK's defaults when ``None``.
-        fp32_ops: Operators run in float32; the SDK's defaults when ``None``.
-        opt_level: ``"O1"`` (only listed operators are cast) or ``"O2"`` (all but ``fp32_ops`` in ``dtype``).
-        verbose: Log each operator's cast decision.
+        dtype: The lower dtype, ``torch.bfloat16`` or ``torch.float16`` (Gaudi2 and later).
     """
-    require()
-    if is_emulated():
-        from ._emulator import casting
-
-        policy = casting.CastPolicy(
-            lower_dtype=dtype,
-            lower_ops=casting.DEFAULT_LOWER_OPS if lower_ops is None else lower_ops,
-            fp32_ops=casting.DEFAULT_FP32_OPS if fp32_ops is None else fp32_ops,
-            opt_level=opt_level,
-            verbose=verbose,
-        )
-        return casting.autocast(policy)
     import torch
 
-    _export_autocast_lists(lower_ops, fp32_ops)
+    ht_module()  # the SDK registers its autocast kernels for "hpu" when it loads
     return torch.autocast(device_type=DEVICE_TYPE, dtype=dtype)
 
 
-def _export_autocast_lists(lower_ops: frozenset[str] | None, fp32_ops: frozenset[str] | None) -> None:
-    for variable, ops in zip(_AUTOCAST_LIST_VARS, (lower_ops, fp32_ops), strict=False):
-        if ops is None or os.environ.get(variable):
-            continue
-        if SDK_PACKAGE in sys.modules:
-            warnings.warn(
-                f"The Habana SDK was imported before the operator lists were set, so it keeps its default lists. "
-                f"Create the precision plugin before any HPU code runs, or set {variable} yourself.",
-                stacklevel=3,
-            )
-            continue
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
-            handle.write("\n".join(sorted(ops)) + "\n")
-        os.environ[variable] = handle.name
+def _read_list_file(path: str | os.PathLike[str]) -> frozenset[str] | None:
+    # The names the SDK reads from a list file (every line as it is; blank and "#" lines name no operator).
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as handle:
+            lines = handle.read().split("\n")
+    except OSError:
+        return None
+    return frozenset(line for line in lines if line and not line.startswith("#"))
+
+
+def _export_autocast_lists(lower_file: str | os.PathLike[str] | None, fp32_file: str | os.PathLike[str] | None) -> None:
+    """Hand operator list files to the SDK, which reads them once, when it loads.
+
+    Before the SDK has loaded, the environment variables are set to the files (absolute paths). After, nothing can
+    change the SDK's lists: the files must be the ones the variables named when it loaded (or list the same names).
+    ``None`` leaves that list to the SDK (its default, or what the variable named at start).
+
+    Raises:
+        ConfigurationError: When the SDK has loaded with other lists, or a variable already names another list; the
+            message gives the ``export`` lines to set before the process starts.
+    """
+    wanted = {
+        variable: Path(file).resolve()
+        for variable, file in zip(_AUTOCAST_LIST_VARS, (lower_file, fp32_file), strict=True)
+        if file is not None
+    }
+
+    def same(variable: str, path: Path) -> bool:
+        current = os.environ.get(variable)
+        if not current:
+            return False
+        if Path(current).resolve() == path:
+            return True
+        names = _read_list_file(current)
+        return names is not None and names == _read_list_file(path)
+
+    differing = [variable for variable, path in wanted.items() if not same(variable, path)]
+    if not differing:
+        return
+    loaded = _TORCH_PACKAGE in sys.modules
+    if loaded or any(os.environ.get(variable) for variable in differing):
+        exports = "\n".join(f"    export {variable}={shlex.quote(str(path))}" for variable, path in wanted.items())
+        now = ", ".join(
+            f"{variable}={os.environ[variable]}" if os.environ.get(variable) else f"{variable} unset"
+            for variable in differing
+        )
+        reason = (
+            "the Habana SDK has already loaded, and it reads its autocast operator lists once, when it loads (at "
+            "`import torch` in eager mode, the default), from the files these variables named then"
+            if loaded
+            else "the environment already names other lists, which the SDK would read when it loads"
+        )
+        raise ConfigurationError(
+            f"The operator lists given to the precision plugin ({', '.join(str(p) for p in wanted.values())}) cannot "
+            f"reach the SDK: {reason} ({now}). Set the variables before the process starts:\n{exports}\n"
+            "and pass the same files to the plugin (or leave its file arguments out)."
+        )
+    for variable, path in wanted.items():
+        os.environ[variable] = str(path)
 
 
 def disable_casts() -> AbstractContextManager[Any]:
-    """A context manager inside which no operation is cast (around optimizer steps), even within :func:`autocast`."""
-    require()
-    if is_emulated():
-        from ._emulator import casting
-
-        return casting.disable_casts()
+    """``torch.autocast(device_type="hpu", enabled=False)``: no operation is cast inside (around optimizer steps)."""
     import torch
 
+    require()
     return torch.autocast(device_type=DEVICE_TYPE, enabled=False)
 
 

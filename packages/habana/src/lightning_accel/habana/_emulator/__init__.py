@@ -26,6 +26,9 @@ Tensors live on the backing device chosen by ``LIGHTNING_ACCEL_EMULATE_BACKEND``
 this package directly; go through the seam.
 """
 
-from . import core, dynamo, hpex, hpu
+from . import autocast, core, dynamo, hpex, hpu
+
+# As the SDK's library does when it loads, read the autocast lists once and register the autocast kernels.
+autocast.install()
 
 __all__ = ["core", "dynamo", "hpex", "hpu"]

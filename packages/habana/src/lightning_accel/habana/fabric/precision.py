@@ -17,9 +17,9 @@ __all__ = ["HPUPrecision"]
 class HPUPrecision(HPUPrecisionHooks, Precision):
     """Mixed or true precision on HPUs for Fabric (``Fabric(accelerator="hpu", precision="bf16-mixed")`` picks it).
 
-    The arguments and behaviour are those of :class:`~lightning_accel.habana.HPUPrecisionPlugin`: per-operator
-    casting inside ``forward`` of modules set up by Fabric and inside ``fabric.autocast()``, none in the optimizer
-    step.
+    The arguments and behaviour are those of :class:`~lightning_accel.habana.HPUPrecisionPlugin`: the SDK's
+    ``torch.autocast(device_type="hpu")`` inside ``forward`` of modules set up by Fabric and inside
+    ``fabric.autocast()``, switched off in the optimizer step.
 
     Example:
         >>> from lightning.fabric import Fabric
