@@ -13,6 +13,8 @@ os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
 
 from typing import Any
 
+# The SDK's own module, as on Gaudi; with LIGHTNING_ACCEL_EMULATE=hpu this name resolves to the emulated SDK.
+import habana_frameworks.torch.core as htcore
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule, Trainer
@@ -20,7 +22,6 @@ from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_accel.habana import HPUGraphs
-from lightning_accel.habana.sdk import htcore
 
 BATCH = 64
 
@@ -32,9 +33,9 @@ class HPUGraphsModel(LightningModule):
         super().__init__()
         self.net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
         self.g = htcore.hpu.HPUGraph()
-        # Static placeholders: the graph reads and writes these tensors on every replay.
-        self.register_buffer("static_input", torch.zeros(BATCH, 64), persistent=False)
-        self.register_buffer("static_target", torch.zeros(BATCH, dtype=torch.long), persistent=False)
+        # Static placeholders on the HPU: the graph reads and writes these tensors on every replay.
+        self.static_input = torch.zeros(BATCH, 64, device="hpu")
+        self.static_target = torch.zeros(BATCH, dtype=torch.long, device="hpu")
         self.static_loss: torch.Tensor | None = None
         self.automatic_optimization = False
 

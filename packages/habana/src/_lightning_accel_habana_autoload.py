@@ -40,7 +40,17 @@ def load_emulated_sdk() -> None:
     """The ``torch.backends`` entry point: import the emulated ``habana_frameworks.torch`` when asked for."""
     if not (_emulation_requested() and autoload_enabled()):
         return
-    import _lightning_accel_sdk_aliases
+    import _lightning_accel_sdk_aliases  # type: ignore[import-untyped]  # a top-level module of the core, no py.typed
 
     _lightning_accel_sdk_aliases.install()  # for interpreters started without site (python -S): no .pth ran
-    import habana_frameworks.torch  # noqa: F401
+    try:
+        import habana_frameworks.torch  # noqa: F401
+    except Exception as exc:  # a failing backend entry point would make `import torch` itself fail
+        import warnings
+
+        warnings.warn(
+            f"The emulated Habana SDK could not be loaded at `import torch` ({type(exc).__name__}: {exc}); it will be "
+            "loaded, and the error raised, where HPUs are first used.",
+            RuntimeWarning,
+            stacklevel=2,
+        )

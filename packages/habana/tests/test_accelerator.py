@@ -54,17 +54,18 @@ def test_trainer_reports_bad_devices() -> None:
         Trainer(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(), devices=16)
 
 
-def test_parallel_devices_are_the_backing_device() -> None:
-    assert HPUAccelerator.get_parallel_devices(3) == [torch.device("cpu")] * 3
+def test_parallel_devices_are_hpus_without_index() -> None:
+    # As on Gaudi: each process drives one card, which torch knows as "hpu".
+    assert HPUAccelerator.get_parallel_devices(3) == [torch.device("hpu")] * 3
 
 
 def test_setup_device_rejects_foreign_devices() -> None:
-    with pytest.raises(ValueError, match=r"HPUAccelerator got device=device\(type='meta'\), but HPU tensors live on"):
+    with pytest.raises(ValueError, match=r"HPUAccelerator got device=device\(type='meta'\), which is not an HPU. Acc"):
         HPUAccelerator().setup_device(torch.device("meta"))
 
 
 def test_device_stats_has_the_ten_keys() -> None:
-    stats = HPUAccelerator().get_device_stats(torch.device("cpu"))
+    stats = HPUAccelerator().get_device_stats(torch.device("hpu"))
     assert list(stats) == [
         "Limit",
         "InUse",

@@ -28,6 +28,7 @@ def _check_same_training(results: list[dict[str, Any]], world_size: int) -> None
     assert [r["max"] for r in results] == [float(world_size)] * world_size
     assert [r["mean"] for r in results] == [expected_sum / world_size] * world_size
     assert [r["broadcast"] for r in results] == ["from-rank-0"] * world_size
+    assert [r["devices"] for r in results] == [["hpu", "hpu"]] * world_size  # batch and module, as on Gaudi
     reference = results[0]["state_dict"]
     for other in results[1:]:
         for name, tensor in reference.items():
@@ -84,3 +85,34 @@ def test_a_non_hpu_accelerator_is_refused_instead_of_training_elsewhere(tree: st
         fabric = Fabric(accelerator="cpu", strategy=FabricHPUParallelStrategy(), devices=1)
         with pytest.raises(ConfigurationError, match=match):
             fabric.launch()
+
+
+DEVICE_ID_SCRIPT = """
+import habana_frameworks.torch.distributed.hccl  # registers the "hccl" backend, as the SDK does
+import torch
+import lightning as L
+from lightning.pytorch.demos.boring_classes import BoringModel
+from lightning.pytorch.strategies import DDPStrategy
+
+quiet = dict(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+try:
+    ddp = DDPStrategy(process_group_backend="hccl")
+    L.Trainer(accelerator="hpu", devices=1, strategy=ddp, **quiet).fit(BoringModel())
+except ValueError as exc:
+    print("LIGHTNING_DDP:", exc)
+trainer = L.Trainer(accelerator="hpu", devices=1, strategy="hpu_parallel", **quiet)
+trainer.fit(BoringModel())
+print("HPU_PARALLEL:", trainer.strategy.root_device, torch.distributed.get_backend())
+"""
+
+
+def test_lightning_ddp_fails_on_the_index_less_hpu_where_hpu_parallel_starts(tmp_path: Path) -> None:
+    # Lightning's DDPStrategy passes device_id=root_device, and torch refuses the index-less "hpu" every Gaudi process
+    # has; HPUParallelStrategy joins the process group without it.
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    process = subprocess.run(
+        [PYTHON, "-c", DEVICE_ID_SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert "LIGHTNING_DDP: Please use a device_id with index." in process.stdout
+    assert "HPU_PARALLEL: hpu hccl" in process.stdout

@@ -17,7 +17,7 @@ from lightning_accel.habana.fabric import HPUAccelerator, HPUCheckpointIO, Singl
 def test_single_device_training_converges_and_marks_steps(tmp_path: Path, lazy_mode: None) -> None:
     fabric = Fabric(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(), devices=1)
     fabric.seed_everything(0)
-    assert fabric.device == torch.device("cpu")
+    assert fabric.device == torch.device("hpu")
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     model, optimizer = fabric.setup(model, optimizer)
@@ -38,7 +38,8 @@ def test_single_device_training_converges_and_marks_steps(tmp_path: Path, lazy_m
     fabric.save(tmp_path / "state.ckpt", {"model": model})
     restored = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     restored.load_state_dict(torch.load(tmp_path / "state.ckpt")["model"])
-    torch.testing.assert_close(restored.state_dict(), model.module.state_dict())
+    on_host = {name: value.cpu() for name, value in model.module.state_dict().items()}
+    torch.testing.assert_close(restored.state_dict(), on_host)
 
 
 def test_two_process_all_reduce_and_backward(tmp_path: Path) -> None:
@@ -49,6 +50,7 @@ def test_two_process_all_reduce_and_backward(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["backend"] for r in ranks] == ["hccl", "hccl"]
+    assert [r["devices"] for r in ranks] == [["hpu", "hpu"]] * 2
     assert [(r["sum"], r["mean"], r["min"]) for r in ranks] == [(3.0, 1.5, 1.0)] * 2
     # DDP averaged the gradients of different inputs, so both ranks made the same update.
     assert ranks[0]["weight"] == ranks[1]["weight"]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from _habana_helpers import PYTHON, script_env
 from lightning.pytorch import LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -74,8 +77,9 @@ class CaptureReplayModel(EagerModel):
     def __init__(self) -> None:
         super().__init__()
         self.g = htcore.hpu.HPUGraph()
-        self.static_input = torch.zeros(BATCH, 16)
-        self.static_target = torch.zeros(BATCH, dtype=torch.long)
+        # As in the seed: placeholders made on the HPU.
+        self.static_input = torch.zeros(BATCH, 16, device="hpu")
+        self.static_target = torch.zeros(BATCH, dtype=torch.long, device="hpu")
         self.static_loss: torch.Tensor | None = None
         self.forward_bodies = 0
 
@@ -106,7 +110,6 @@ def test_capture_and_replay_training_matches_eager() -> None:
     eager = EagerModel()
     _trainer(max_epochs=2).fit(eager, DataLoader(_data(), batch_size=BATCH))
     graphed = CaptureReplayModel()
-    graphed.static_input = graphed.static_input.to(graphed.device)
     _trainer(max_epochs=2).fit(graphed, DataLoader(_data(), batch_size=BATCH))
 
     assert len(graphed.losses) == len(eager.losses) == 80
@@ -124,8 +127,9 @@ class CaptureReplayInference(LightningModule):
         super().__init__()
         self.net = net
         self.g = htcore.hpu.HPUGraph()
-        self.static_input = torch.zeros(BATCH, 16)
-        self.static_target = torch.zeros(BATCH, dtype=torch.long)
+        # As in the seed: placeholders made on the HPU.
+        self.static_input = torch.zeros(BATCH, 16, device="hpu")
+        self.static_target = torch.zeros(BATCH, dtype=torch.long, device="hpu")
         self.static_loss: torch.Tensor | None = None
         self.losses: list[float] = []
 
@@ -368,3 +372,14 @@ def test_wrap_in_hpu_graph_test_matches_eager() -> None:
     _trainer().test(wrapped, data, verbose=False)
     assert wrapped.accuracies == eager.accuracies
     assert wrapped.forward_bodies == 1
+
+
+def test_seed_example_runs_with_the_sdk_module_names_and_hpu_placeholders(tmp_path: Path) -> None:
+    # examples/habana/hpu_graphs.py is seed 001 as a user runs it: `import habana_frameworks.torch.core as htcore`,
+    # placeholders made with device="hpu", PT_HPU_LAZY_MODE=1 before the SDK loads.
+    example = Path(__file__).resolve().parents[3] / "examples" / "habana" / "hpu_graphs.py"
+    env = script_env(PT_HPU_LAZY_MODE="1")
+    process = subprocess.run([PYTHON, str(example)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert process.returncode == 0, process.stderr[-3000:]
+    accuracy = float(process.stdout.rsplit("accuracy with graphed prediction:", 1)[1].split()[0])
+    assert accuracy > 0.8

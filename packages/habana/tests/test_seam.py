@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+import torch
 from _habana_helpers import PYTHON, script_env
 
 from lightning_accel.core.emulation import follow_emulated_sdk_names, reset_emulation_settings
@@ -75,10 +76,12 @@ def test_emulated_availability(clean_env: pytest.MonkeyPatch) -> None:
 def test_seam_reports_what_differs() -> None:
     assert sdk.is_emulated()
     assert sdk.distributed_backend() == "hccl"
-    assert sdk.device_type() == "cpu"
-    assert str(sdk.device()) == "cpu"
-    assert str(sdk.to_device("hpu")) == "cpu"
-    assert str(sdk.to_device("hpu:1")) == "cpu"
+    # As on Gaudi: one HPU per process, known to torch as "hpu" whatever module it is.
+    assert sdk.device_type() == "hpu"
+    assert str(sdk.device()) == "hpu"
+    assert str(sdk.to_device("hpu")) == "hpu"
+    assert str(sdk.to_device("hpu:1")) == "hpu"
+    assert torch.randn(2, device=sdk.device()).device.type == "hpu"
     with pytest.raises(ValueError, match=r"device='mps' is not an HPU. Accepted: 'hpu', 'hpu:N'"):
         sdk.to_device("mps")
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):

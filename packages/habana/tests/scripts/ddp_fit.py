@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -23,6 +24,11 @@ from lightning_accel.habana import HPUAccelerator, HPUParallelStrategy
 class _Record(Callback):
     def __init__(self, out: Path) -> None:
         self.out = out
+        self.devices: list[str] = []
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if batch_idx == 0:  # where training_step will find the batch and the module
+            self.devices = [batch[0].device.type, next(pl_module.parameters()).device.type]
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         probe = torch.tensor([float(trainer.global_rank + 1)])
@@ -40,6 +46,7 @@ class _Record(Callback):
                 "max": maximum.item(),
                 "mean": mean.item(),
                 "broadcast": token,
+                "devices": self.devices,
                 "hls_module_id": os.environ.get("HLS_MODULE_ID"),
                 "state_dict": {k: v.detach().cpu() for k, v in pl_module.state_dict().items()},
             },

@@ -28,6 +28,7 @@ def main() -> None:
     value = torch.tensor([float(fabric.global_rank + 1)], device=fabric.device)
     result = {
         "backend": dist.get_backend(),
+        "devices": [x.device.type, model.weight.device.type],
         "sum": fabric.all_reduce(value.clone(), reduce_op="sum").item(),
         "mean": fabric.all_reduce(value.clone(), reduce_op="mean").item(),
         "min": fabric.all_reduce(value.clone(), reduce_op="min").item(),

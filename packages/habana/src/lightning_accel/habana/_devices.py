@@ -11,7 +11,6 @@ from typing import Any
 
 import torch
 
-from lightning_accel.core.emulation import EmulationSettings, emulation_settings
 from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
@@ -115,36 +114,35 @@ def check_and_set_device(device: torch.device) -> None:
     expected = sdk.device_type()
     if device.type != expected:
         raise ConfigurationError(
-            f"HPUAccelerator got device={device!r}, but HPU tensors live on {expected!r} devices here. Use an HPU "
-            "strategy (SingleHPUStrategy, HPUParallelStrategy) or accelerator='cpu' / 'cuda' for other devices."
+            f"HPUAccelerator got device={device!r}, which is not an HPU. Accepted: torch.device({expected!r}). Use an "
+            "HPU strategy (SingleHPUStrategy, HPUParallelStrategy), or accelerator='cpu' / 'cuda' for other devices."
         )
     if device.index is not None:
         sdk.hpu_module().set_device(device.index)
 
 
 class RootDevice:
-    """The device tensors of a single-device strategy's HPU live on: the HPU, or the device backing it under emulation.
+    """The device of a single-device strategy's HPU, from the device it was given (``"hpu"``, ``"hpu:N"``, an index).
 
-    Strategies read their root device on every batch transfer, so the mapping is done once per given device and
-    emulation setting (one instance per strategy).
+    Strategies read their root device on every batch transfer, so the mapping is done once per given device (one
+    instance per strategy).
     """
 
     __slots__ = ("_device", "_key")
 
     def __init__(self) -> None:
-        self._key: tuple[torch.device | str, EmulationSettings] | None = None
+        self._key: torch.device | str | None = None
         self._device: torch.device | None = None
 
     def of(self, device: torch.device | str) -> torch.device:
-        """The device ``device`` (an HPU, or the device backing HPUs) maps to.
+        """The device ``device`` maps to.
 
         Raises:
-            ConfigurationError: When ``device`` is neither an HPU nor the device HPU tensors live on.
+            ConfigurationError: When ``device`` is not an HPU.
         """
-        key = (device, emulation_settings())
-        if self._key != key or self._device is None:
+        if self._key != device or self._device is None:
             self._device = sdk.to_device(device)
-            self._key = key
+            self._key = device
         return self._device
 
 
@@ -152,14 +150,14 @@ def parallel_root_device(parallel_devices: Sequence[torch.device] | None, local_
     """The device of this process's HPU in a data-parallel strategy.
 
     ``parallel_devices[local_rank]``; an HPU without an index (``torch.device("hpu")``, as users write it) becomes
-    the HPU of this local rank. Under emulation the result is the device backing that HPU.
+    the HPU of this local rank. Each process sees its own HPU as ``hpu``.
 
     Args:
         parallel_devices: The devices of this node, one per local rank (the strategy's ``parallel_devices``).
         local_rank: This process's rank on its node.
 
     Raises:
-        ConfigurationError: When the device is neither an HPU nor the device HPU tensors live on.
+        ConfigurationError: When the device is not an HPU.
     """
     assert parallel_devices is not None
     given = parallel_devices[local_rank]

@@ -71,7 +71,7 @@ class HPUAccelerator(Accelerator):
     @staticmethod
     @override
     def get_parallel_devices(devices: Any) -> list[torch.device]:
-        """The devices tensors of ``devices`` HPUs live on (``hpu``; the backing device under emulation)."""
+        """One ``hpu`` device per HPU: each process sees its own HPU as ``hpu``."""
         return _devices.parallel_devices(devices)
 
     @staticmethod

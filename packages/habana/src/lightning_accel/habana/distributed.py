@@ -9,8 +9,7 @@ lightning-accel-deepspeed-hpu's ``HPUDeepSpeedStrategy``) reuses them instead of
 - :class:`HCCLEnvironment`: join HCCL as an HPU process, and undo what that writes to the environment on teardown;
 - :func:`all_reduce` / :func:`resolve_reduce_op`: all-reduce with the operations HCCL supports (it has no average,
   so the mean is a sum divided by the world size);
-- :func:`parallel_root_device`: this process's HPU among ``parallel_devices``, mapped to its backing device under
-  emulation;
+- :func:`parallel_root_device`: this process's HPU among ``parallel_devices`` (``hpu``, without an index);
 - :class:`MarkStepAfterUpdates` / :class:`MarkStepAroundEvaluation` / :func:`mark_step`: lazy-mode graph boundaries.
 
 The module imports neither Lightning nor the Habana SDK (the SDK, or its emulator, is resolved on first use), so the

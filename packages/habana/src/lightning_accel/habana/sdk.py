@@ -243,34 +243,26 @@ def distributed_backend() -> str:
 
 
 def device_type() -> str:
-    """The ``torch.device`` type tensors of an HPU live on: ``"hpu"`` on hardware, ``"cpu"``/``"cuda"`` emulated."""
+    """The ``torch.device`` type of HPU tensors: ``"hpu"`` (the emulated SDK registers the same device type)."""
     require()
-    if is_emulated():
-        from ._emulator._backing import backing_type
-
-        return backing_type()
     return DEVICE_TYPE
 
 
 def device(index: int | None = None) -> torch.device:
-    """The ``torch.device`` tensors of HPU ``index`` live on (the process's own HPU when ``None``).
+    """The ``torch.device`` of the process's HPU: ``hpu``, without an index.
 
-    On hardware every process sees its HPU as ``hpu`` (the runtime picks the module from ``HLS_MODULE_ID``).
+    Every process drives one HPU and sees it as ``hpu`` (the runtime picks the module from ``HLS_MODULE_ID``), so
+    ``index`` names a module but does not change the device.
     """
     import torch
 
     require()
-    if is_emulated():
-        from ._emulator._backing import backing_device
-
-        return backing_device(index)
+    ht_module()  # the SDK registers "hpu" with torch when it loads
     return torch.device(DEVICE_TYPE)
 
 
 def to_device(value: torch.device | str | int) -> torch.device:
     """Map a device a user gave (``torch.device("hpu")``, ``"hpu:1"``, an index) to where tensors live.
-
-    The backing device itself is accepted too, so that mapping twice is harmless.
 
     Raises:
         ConfigurationError: When ``value`` is neither an HPU device nor the device HPU tensors live on.
@@ -287,11 +279,8 @@ def to_device(value: torch.device | str | int) -> torch.device:
         ) from exc
     if parsed.type == DEVICE_TYPE:
         return device(parsed.index)
-    if parsed.type == device_type():
-        return parsed
     raise ConfigurationError(
-        f"device={value!r} is not an HPU. Accepted: 'hpu', 'hpu:N', torch.device('hpu') or an index"
-        f"{'' if device_type() == DEVICE_TYPE else f' (or {device_type()!r}, which backs the emulated HPUs)'}. "
+        f"device={value!r} is not an HPU. Accepted: 'hpu', 'hpu:N', torch.device('hpu') or an index. "
         "Use accelerator='cpu' or 'cuda' to train on another device."
     )
 

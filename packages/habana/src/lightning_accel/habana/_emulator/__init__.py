@@ -12,6 +12,8 @@ SDK module                                Emulator module
 ``habana_frameworks.torch.distributed``   ``lightning_accel.habana._emulator.distributed``
 ``...distributed.hccl``                   ``lightning_accel.habana._emulator.distributed.hccl``
 ``...utils.library_loader``               ``lightning_accel.habana._emulator.utils.library_loader``
+``...utils.internal`` / ``.experimental``  ``lightning_accel.habana._emulator.utils.internal`` / ``.experimental``
+``...core.step_closure``                  ``lightning_accel.habana._emulator.core.step_closure``
 ``...hpex``                               ``lightning_accel.habana._emulator.hpex``
 ``...dynamo.compile_backend``             ``lightning_accel.habana._emulator.dynamo.compile_backend``
 ========================================  ==============================================
@@ -22,13 +24,17 @@ lightning-accel-core's import aliases do the rest. ``torch.compile``'s ``hpu_bac
 ``dynamo.compile_backend`` is imported, as on the SDK; torch lists it before that through the entry points of
 lightning-accel-habana.
 
-Tensors live on the backing device chosen by ``LIGHTNING_ACCEL_EMULATE_BACKEND`` (``cpu`` or ``cuda``). Do not import
-this package directly; go through the seam.
+Loading it makes ``"hpu"`` a torch device (``device``): tensors made with ``device="hpu"`` are HPU tensors to torch,
+and their data lives on the backing device chosen by ``LIGHTNING_ACCEL_EMULATE_BACKEND`` (``cpu`` or ``cuda``).
 """
 
-from . import autocast, core, dynamo, hpex, hpu
+from . import autocast, core, custom_ops, device, dynamo, hpex, hpu, utils
 
-# As the SDK's library does when it loads, read the autocast lists once and register the autocast kernels.
+# As the SDK's import registers its device with torch, loading the emulated SDK makes "hpu" a torch device
+# and defines the SDK's own operators (torch.ops.hpu.*).
+device.install()
+custom_ops.register()
+# And, as the SDK's library does when it loads, reads the autocast lists once and registers the autocast kernels.
 autocast.install()
 
-__all__ = ["core", "dynamo", "hpex", "hpu"]
+__all__ = ["core", "dynamo", "hpex", "hpu", "utils"]

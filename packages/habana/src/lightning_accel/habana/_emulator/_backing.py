@@ -41,7 +41,7 @@ def backing_device(index: int | None = None) -> torch.device:
     if kind == "cpu":
         return torch.device("cpu")
     if index is None:
-        from .hpu import current_device
+        from .hpu.device import module_id
 
-        index = current_device()
+        index = module_id()
     return torch.device("cuda", index % torch.cuda.device_count())

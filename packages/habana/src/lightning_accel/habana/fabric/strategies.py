@@ -66,7 +66,7 @@ class SingleHPUStrategy(_HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAft
     @property
     @override
     def root_device(self) -> torch.device:
-        """The device tensors live on: the HPU, or the device backing it under emulation."""
+        """The HPU of this process (``hpu``)."""
         return self._mapped_root.of(self._root_device)
 
     @classmethod

@@ -44,7 +44,7 @@ class HPUParallelStrategy(
     Args:
         accelerator: The accelerator (normally set by the Trainer).
         parallel_devices: The HPUs of this node, e.g. ``[torch.device("hpu")] * 8``; the Trainer's ``devices`` by
-            default. Under emulation they are mapped to the backing device when the strategy sets up.
+            default.
         cluster_environment: How processes find each other (Lightning picks one by default).
         checkpoint_io: Checkpoint I/O; :class:`HPUCheckpointIO` by default.
         precision_plugin: Precision plugin; Lightning's plugin for ``precision=`` becomes an

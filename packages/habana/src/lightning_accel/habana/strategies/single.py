@@ -30,8 +30,7 @@ class SingleHPUStrategy(
     step. Checkpoints go through :class:`~lightning_accel.habana.HPUCheckpointIO` unless you pass another one.
 
     Args:
-        device: The HPU: ``"hpu"``, ``"hpu:N"``, ``torch.device("hpu")`` or an index. Under emulation it is mapped to
-            the backing device when the strategy sets up.
+        device: The HPU: ``"hpu"``, ``"hpu:N"``, ``torch.device("hpu")`` or an index.
         accelerator: The accelerator (normally set by the Trainer).
         checkpoint_io: Checkpoint I/O; :class:`HPUCheckpointIO` by default.
         precision_plugin: Precision plugin; Lightning's plugin for ``precision=`` becomes an
@@ -61,7 +60,7 @@ class SingleHPUStrategy(
     @property
     @override
     def root_device(self) -> torch.device:
-        """The device tensors live on: the HPU, or the device backing it under emulation."""
+        """The HPU of this process (``hpu``)."""
         return self._mapped_root.of(self._root_device)
 
     @classmethod

@@ -54,10 +54,15 @@ from an ``"hpu"`` tensor (``x.new_ones``, ``torch.zeros_like``) or outside the c
 **What a real Gaudi does differently.** There, ``"hpu"`` is c10's built-in ``DeviceType::HPU`` (not PrivateUse1),
 the tensors are ordinary ``TensorImpl`` s with storage in device memory allocated by the Synapse runtime, kernels run
 on the card (eagerly, or accumulated into graphs in lazy mode), streams and events exist, and the SDK keeps its own
-generator. Here the wrapper has no storage: ``untyped_storage()`` and ``data_ptr()`` of an ``"hpu"`` tensor are not
-the memory (use :func:`unwrap`), ``tensor.data = other`` and in-place operations that change a tensor's shape or
-strides (``resize_`` to another shape, ``squeeze_``, ``t_``, an ``out=`` tensor of the wrong shape) are refused
-with an explanation, and the speed is the backing device's plus the cost of one Python call per operation.
+generator. Here the wrapper has no storage of its own: ``untyped_storage()`` and ``data_ptr()`` of an ``"hpu"``
+tensor answer with its backing memory (outside ``torch.compile``); in-place operations that change a tensor's shape
+or strides (``resize_`` to another shape, ``squeeze_``, ``t_``, an ``out=`` tensor of the wrong shape) are refused
+with an explanation; a host parameter cannot take an ``"hpu"`` tensor through ``param.data = hpu_tensor`` (torch
+allows ``.data`` swaps between its built-in dense devices only; move the module first); moving a module from
+``"hpu"`` to the host gives it new parameter objects (on Gaudi ``Module._apply`` keeps them); page-locked host memory
+is ordinary host memory (see ``_pinned``); ``torch.save`` tags ``"hpu"`` storages as a Gaudi does, but
+``torch.load`` without ``map_location`` restores them to the host (see ``_serialization``); and the speed is the
+backing device's plus the cost of one Python call per operation.
 """
 
 from __future__ import annotations
@@ -65,12 +70,13 @@ from __future__ import annotations
 from ._accounting import AllocationStats, allocations
 from ._devices import backing_of, current_index, hpu_device
 from ._install import install, is_installed
-from ._memory import memory_snapshot, reset_peak
+from ._memory import MemorySnapshot, memory_snapshot, reset_peak
 from ._tensor import HPUTensor, unwrap, wrap
 
 __all__ = [
     "AllocationStats",
     "HPUTensor",
+    "MemorySnapshot",
     "allocations",
     "backing_of",
     "current_index",

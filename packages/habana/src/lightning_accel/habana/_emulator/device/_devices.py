@@ -4,7 +4,7 @@ Every ``"hpu"`` tensor carries an index, as torch needs one (the autograd engine
 ``torch.device("hpu")`` without an index means ``hpu:0``: as on Gaudi, where a process drives one card and its
 tensors report ``hpu:0`` whichever card it is, the card is chosen outside torch's index (``HABANA_VISIBLE_MODULES``,
 ``hpu.set_device``). Here the SDK module's current device plays that role for the CUDA backing: ``hpu:N`` is backed
-by the GPU of emulated HPU ``current_device() + N`` (round-robin over the visible GPUs), so processes that call
+by the GPU of emulated HPU ``module_id() + N`` (round-robin over the visible GPUs), so processes that call
 ``set_device(local_rank)`` are spread over the GPUs while their tensors all report ``hpu:0``. On the CPU backing
 every index is the host.
 
@@ -52,7 +52,7 @@ def backing_of(index: int) -> torch.device:
     Raises:
         ConfigurationError: When the CUDA backing is asked for but CUDA is not usable (see ``_backing``).
     """
-    key = (index, _sdk_device.current_device())
+    key = (index, _sdk_device.module_id())
     device = _backing.get(key)
     if device is None:
         device = _backing[key] = backing_device(key[0] + key[1])

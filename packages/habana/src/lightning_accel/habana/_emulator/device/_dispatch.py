@@ -72,6 +72,9 @@ METADATA_MUTATING = frozenset(
 )
 """In-place operations that may change their input's sizes, strides or storage; run only when they do not."""
 
+STREAM_ONLY = frozenset({"aten::record_stream"})
+"""Operations about streams only: the emulator runs all work in issue order, so they have nothing to do."""
+
 UNTRACEABLE_FACTORY = (
     "torch.compile cannot trace a tensor created on the emulated 'hpu' device inside the compiled code (a factory "
     "such as torch.ones(..., device='hpu'), torch.arange(n, device=x.device) or tensor.to('hpu'), used in {func}): "
@@ -223,12 +226,18 @@ def _qualified(func: Any) -> tuple[str, str]:
     return schema.name, f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
+def _stream_plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+    return None
+
+
 def _make_plan(func: Any) -> Plan:
     schema = func._schema
     name, full = _qualified(func)
     cross_device = name in CROSS_DEVICE or full in CROSS_DEVICE
     if name in METADATA_MUTATING:
         return _metadata_plan(cross_device)
+    if name in STREAM_ONLY:
+        return _stream_plan
     written: dict[Any, tuple[int, str, bool]] = {}
     for position, argument in enumerate(schema.arguments):
         info = argument.alias_info

@@ -13,6 +13,8 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 from ._backend import REQUIRED_MODULE_ATTRIBUTES, DeviceGuard, DeviceModule, Hooks
 from ._devices import DEVICE_TYPE, backing_of, current_index
 from ._kernels import register_kernels
+from ._pinned import register as register_pinned
+from ._serialization import register as register_serialization
 
 __all__ = ["install", "is_installed"]
 
@@ -82,6 +84,8 @@ def install(backend_module: Any = None) -> None:
                 rename=DEVICE_TYPE, backend_module=module, hook=Hooks(), device_guard=DeviceGuard()
             )
         register_kernels()
+        register_serialization()
+        register_pinned()
         _skip_in_dynamo()
         _installed = True
 

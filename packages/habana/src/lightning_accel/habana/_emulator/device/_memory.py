@@ -1,23 +1,34 @@
-"""The memory statistics of the emulated ``"hpu"`` device, in the form ``hpu.memory`` reads.
+"""The memory statistics of the emulated ``"hpu"`` device, which ``hpu.memory`` turns into the SDK's ten keys.
 
-:func:`memory_snapshot` returns the same :class:`~lightning_accel.habana._emulator.hpu._ledger.LedgerSnapshot` that
-``hpu.memory`` builds its ten SDK keys from today, so switching it to exact accounting is replacing the sampled
-ledger by this call (on both backings: the accounting sees CUDA-backed storages too).
+They come from exact accounting of the backing storages of ``"hpu"`` tensors (``_accounting``), on both backings.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 
-from ..hpu._ledger import LedgerSnapshot
 from ._accounting import allocations
 from ._devices import backing_of, current_index, index_of
 
-__all__ = ["memory_snapshot", "reset_peak"]
+__all__ = ["MemorySnapshot", "memory_snapshot", "reset_peak"]
 
 Device = int | str | torch.device | None
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    """An emulated HPU's memory counters at one moment, in bytes and counts."""
+
+    limit: int
+    in_use: int
+    max_in_use: int
+    num_allocs: int
+    num_frees: int
+    active_allocs: int
+    max_alloc_size: int
 
 
 def _index(device: Device) -> int:
@@ -44,7 +55,7 @@ def _limit(index: int) -> int:
         return 0
 
 
-def memory_snapshot(device: Device = None) -> LedgerSnapshot:
+def memory_snapshot(device: Device = None) -> MemorySnapshot:
     """The exact allocation counters of an emulated HPU (the current one by default).
 
     ``limit`` is the backing device's memory (host RAM, or the GPU's total memory); the other fields count the
@@ -55,7 +66,7 @@ def memory_snapshot(device: Device = None) -> LedgerSnapshot:
     """
     index = _index(device)
     stats = allocations.stats(index)
-    return LedgerSnapshot(
+    return MemorySnapshot(
         limit=_limit(index),
         in_use=stats.in_use,
         max_in_use=stats.max_in_use,

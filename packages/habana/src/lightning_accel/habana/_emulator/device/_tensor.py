@@ -14,12 +14,15 @@ tensor.
 What a real Gaudi does differently: an HPU tensor there is a ``TensorImpl`` of device type ``HPU`` (a built-in
 device type of c10, not PrivateUse1) with a storage in device memory allocated by the Synapse runtime, so
 ``untyped_storage()`` and ``data_ptr()`` describe device memory. Here the wrapper has no storage of its own:
-``untyped_storage()`` on it raises, and code that needs the memory goes through :func:`unwrap`.
+``untyped_storage()`` and ``data_ptr()`` answer with the backing tensor's memory (outside ``torch.compile``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
+import types
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -59,8 +62,8 @@ class HPUTensor(torch.Tensor):
 
     # Being a "traceable wrapper subclass" makes Module._apply (module.to("hpu"), .half()) swap the contents of each
     # parameter object instead of replacing it, so the objects an optimizer already holds stay the model's, as when
-    # a model moves to a real device.
-    def __tensor_flatten__(self) -> tuple[list[str], torch.device]:
+    # a model moves to a real device. torch.compile needs it too. See _Flatten for the one case where it is hidden.
+    def _flatten(self) -> tuple[list[str], torch.device]:
         return ["_elem"], self.device
 
     @staticmethod
@@ -84,17 +87,14 @@ class HPUTensor(torch.Tensor):
         return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
     def __reduce_ex__(self, proto: Any) -> Any:
-        # Pickle as a plain device tensor: its host copy and the device string, restored by
-        # torch._utils._rebuild_device_tensor_from_cpu_tensor (torch's own path for PrivateUse1 tensors without
-        # storage), which torch.load's weights_only unpickler allows and which honours map_location. torch's default
-        # would pickle this class and its __dict__ (the backing tensor a second time), and need it to load.
+        # Pickle as a device tensor is pickled on Gaudi: the backing storage, which ._serialization tags "hpu", and
+        # torch's own rebuild function (allowed by weights_only loads), so that any map_location works, DeepSpeed's
+        # `lambda storage, loc: storage` included. torch's default would pickle this class and its __dict__.
         if getattr(self, "_is_param", False):
             return (torch._utils._rebuild_parameter, (self.detach(), self.requires_grad, OrderedDict()))
-        host = self.detach().cpu()
-        return (
-            torch._utils._rebuild_device_tensor_from_cpu_tensor,
-            (host, self.dtype, str(self.device), self.requires_grad),
-        )
+        elem = self._elem
+        args = (elem._typed_storage(), elem.storage_offset(), tuple(elem.size()), elem.stride(), self.requires_grad)
+        return (torch._utils._rebuild_tensor_v2, (*args, OrderedDict()))
 
     def __format__(self, format_spec: str) -> str:
         # torch.Tensor.__format__ formats 0-dim tensors as numbers only for exact torch.Tensor; printing needs it.
@@ -137,10 +137,54 @@ class HPUTensor(torch.Tensor):
             "memory first."
         )
 
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The backing tensor's storage: the memory this tensor uses (its size and address, on the backing device)."""
+        # The wrapper has none of its own. Python code that measures or deduplicates memory (DeepSpeed, profilers)
+        # needs the real one; torch.compile's tracing needs the wrapper's own (it must stay a separate tensor there).
+        if torch.compiler.is_compiling():
+            return super().untyped_storage()
+        return self._elem.untyped_storage()
+
+    def data_ptr(self) -> int:
+        """The address of the first element in the backing memory (the wrapper has none of its own)."""
+        return self._elem.data_ptr()
+
     def tolist(self) -> Any:
         """The data as nested Python lists, read through the host as on a real device."""
         # torch's C++ tolist refuses tensor subclasses; the backing tensor has the same shape and data.
         return self._elem.tolist()
+
+
+class _Flatten:
+    """``HPUTensor.__tensor_flatten__``, hidden from ``Module._apply`` for parameters that cannot be swapped.
+
+    ``Module._apply`` swaps the contents of a traceable subclass parameter (``torch.utils.swap_tensors``), which torch
+    refuses for an object with weak references: DeepSpeed keeps a finalizer on every parameter, then moves or casts
+    the module. On Gaudi the same move is ``param.data = new`` (the tensors have compatible types), which the wrapper
+    supports. So when ``Module._apply`` asks about a parameter that has weak references and stays an ``"hpu"``
+    tensor, the subclass does not look traceable and torch takes that path, as on hardware; everywhere else
+    (``torch.compile``, other moves) it is traceable.
+    """
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return HPUTensor._flatten
+        # hasattr() <- _has_traceable_wrapper_subclass_protocol <- is_traceable_wrapper_subclass <- Module._apply
+        frame: types.FrameType | None = sys._getframe(1)
+        for _ in range(3):
+            if frame is None:
+                break
+            if frame.f_code is _MODULE_APPLY:
+                param = frame.f_locals.get("param")
+                if type(param) is HPUTensor and weakref.getweakrefcount(param):
+                    raise AttributeError("__tensor_flatten__")
+                break
+            frame = frame.f_back
+        return HPUTensor._flatten.__get__(obj, owner)
+
+
+HPUTensor.__tensor_flatten__ = _Flatten()  # type: ignore[attr-defined]
+_MODULE_APPLY = torch.nn.Module._apply.__code__
 
 
 def _dedent(text: str, width: int) -> str:

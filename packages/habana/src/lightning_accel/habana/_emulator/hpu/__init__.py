@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from . import _graph_cache, graphs
+from . import _graph_cache, graphs, random
 from .device import (
     HABANA_VISIBLE_MODULES_VAR,
     HLS_MODULE_ID_VAR,
@@ -25,8 +25,19 @@ from .device import (
     synchronize,
     visible_device_count,
 )
-from .memory import max_memory_allocated, memory_allocated, memory_stats, reset_peak_memory_stats
+from .memory import (
+    max_memory_allocated,
+    max_memory_cached,
+    max_memory_reserved,
+    memory_allocated,
+    memory_cached,
+    memory_reserved,
+    memory_stats,
+    reset_max_memory_allocated,
+    reset_peak_memory_stats,
+)
 from .random import get_rng_state, initial_seed, manual_seed, manual_seed_all, seed, set_rng_state
+from .streams import Event, Stream, current_stream, default_stream, stream
 
 hpu = sys.modules[__name__]
 
@@ -51,6 +62,17 @@ def export_graph_api(lazy: bool) -> None:
 
 
 __all__ = [
+    "Event",
+    "Stream",
+    "current_stream",
+    "default_stream",
+    "max_memory_cached",
+    "max_memory_reserved",
+    "memory_cached",
+    "memory_reserved",
+    "random",
+    "reset_max_memory_allocated",
+    "stream",
     "HABANA_VISIBLE_MODULES_VAR",
     "HLS_MODULE_ID_VAR",
     "current_device",

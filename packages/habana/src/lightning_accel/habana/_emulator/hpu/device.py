@@ -16,6 +16,7 @@ __all__ = [
     "get_device_name",
     "is_available",
     "is_initialized",
+    "module_id",
     "set_device",
     "synchronize",
     "visible_device_count",
@@ -72,12 +73,22 @@ def get_device_name(device: int | str | torch.device | None = None) -> str:
 
 
 def current_device() -> int:
-    """Index of the HPU this process uses."""
+    """The index of this process's HPU among the devices it drives: always 0.
+
+    A process drives one Gaudi module and torch knows it as ``hpu:0``, whichever module it is (the module is chosen
+    by ``HABANA_VISIBLE_MODULES`` / ``HLS_MODULE_ID``, or :func:`set_device`). Libraries build device names from
+    this (DeepSpeed's HPU accelerator: ``f"hpu:{current_device()}"``), so it must name the device the tensors are on.
+    """
+    return 0
+
+
+def module_id() -> int:
+    """Emulator only (not an SDK name): the emulated module this process drives (the last :func:`set_device`)."""
     return _current
 
 
 def set_device(device: int | str | torch.device) -> None:
-    """Select the HPU this process uses.
+    """Select the module this process drives (its tensors stay on ``hpu:0``, see :func:`current_device`).
 
     Raises:
         ValueError: When the index is outside ``range(device_count())``.

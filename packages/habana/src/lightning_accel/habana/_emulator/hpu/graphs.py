@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .._backing import backing_type
+from ..device import unwrap
 from ._recorder import Recorder, Recording
 
 __all__ = [
@@ -242,7 +243,8 @@ def graph_autograd(
         @staticmethod
         def forward(ctx: Any, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
             for static, new in zip(sample_args, inputs[:user_count], strict=False):
-                if static.data_ptr() != new.data_ptr():
+                # An "hpu" tensor's memory is its backing tensor's (the wrapper's data_ptr() is not an address).
+                if unwrap(static).data_ptr() != unwrap(new).data_ptr():
                     static.copy_(new)
             forward_graph.replay()
             return tuple(o.detach() for o in static_outputs)

@@ -6,7 +6,32 @@ import torch
 
 from .._backing import backing_type
 
-__all__ = ["get_rng_state", "initial_seed", "manual_seed", "manual_seed_all", "seed", "set_rng_state"]
+__all__ = [
+    "default_generators",
+    "get_rng_state",
+    "initial_seed",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "set_rng_state",
+]
+
+
+class _DefaultGenerators:
+    """``default_generators[i]``: the generator of HPU ``i``, the backing device's default generator here."""
+
+    def __getitem__(self, index: int) -> torch.Generator:
+        if backing_type() == "cuda":
+            return torch.cuda.default_generators[index % torch.cuda.device_count()]
+        return torch.default_generator
+
+    def __len__(self) -> int:
+        from .device import device_count
+
+        return device_count()
+
+
+default_generators = _DefaultGenerators()
 
 
 def _on_cuda() -> bool:

@@ -1,3 +1,5 @@
 """Emulation of ``habana_frameworks.torch.utils``."""
 
-__all__: list[str] = []
+from . import experimental, internal, library_loader
+
+__all__ = ["experimental", "internal", "library_loader"]

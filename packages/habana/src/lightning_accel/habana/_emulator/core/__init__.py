@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import threading
 
-from . import hpu
+from .. import hpu
 
-__all__ = ["LAZY_MODE_VAR", "hpu", "is_lazy", "mark_step"]
+__all__ = ["LAZY_MODE_VAR", "hpu", "is_lazy", "mark_step", "step_closure"]
 
 LAZY_MODE_VAR = "PT_HPU_LAZY_MODE"
 
@@ -80,3 +80,6 @@ def load_mode(lazy: bool) -> None:
     global _lazy
     _lazy = lazy
     hpu.export_graph_api(lazy)
+
+
+from . import step_closure  # noqa: E402  (it reads the mode decided above)
