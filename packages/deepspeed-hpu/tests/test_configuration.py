@@ -32,7 +32,7 @@ def test_lightning_deepspeed_precision_in_plugins_is_translated() -> None:
     assert isinstance(trainer.precision_plugin, HPUDeepSpeedPrecisionPlugin)
     assert trainer.precision_plugin.precision == "bf16-true"
     assert trainer.num_devices == 2
-    assert strategy.root_device == torch.device("cpu")  # the device backing the emulated HPUs
+    assert strategy.root_device == torch.device("hpu")
 
 
 def test_parallel_devices_as_a_number() -> None:
@@ -118,13 +118,18 @@ def test_torch_optimizer_with_optimizer_offload() -> None:
     check_client_optimizer(optimizer, {**forced, "zero_allow_untested_optimizer": True})
 
 
-def test_kernel_injection_and_graphs_are_refused_on_the_emulator() -> None:
-    with pytest.raises(ConfigurationError, match=r"replace_with_kernel_inject=True .* cannot inject kernels"):
-        InferenceSettings.merge({}, {"replace_with_kernel_inject": True}).validate(2, on_hpu=False)
-    with pytest.raises(ConfigurationError, match=r"enable_cuda_graph=True"):
-        InferenceSettings.merge({"enable_cuda_graph": True}, {}).validate(2, on_hpu=False)
+def test_kernel_injection_needs_the_kernels_and_graphs_need_lazy_mode() -> None:
+    inject = InferenceSettings.merge({}, {"replace_with_kernel_inject": True})
+    with pytest.raises(ConfigurationError, match=r"replace_with_kernel_inject=True .* does not ship"):
+        inject.validate(2, has_inference_kernels=False, lazy=True)
+    inject.validate(2, has_inference_kernels=True, lazy=False)
+    graphs = InferenceSettings.merge({"enable_cuda_graph": True}, {})
+    with pytest.raises(ConfigurationError, match=r"enable_cuda_graph=True .* lazy mode only \(PT_HPU_LAZY_MODE=1"):
+        graphs.validate(2, has_inference_kernels=False, lazy=False)
+    graphs.validate(2, has_inference_kernels=False, lazy=True)
     with pytest.raises(ConfigurationError, match=r"tp_size': 3\} must be a positive divisor .* \(2 ="):
-        InferenceSettings.merge({}, {"tensor_parallel": {"tp_size": 3}}).validate(2, on_hpu=False)
+        tensor_parallel = InferenceSettings.merge({}, {"tensor_parallel": {"tp_size": 3}})
+        tensor_parallel.validate(2, has_inference_kernels=True, lazy=True)
 
 
 class _AsyncIOBuilder:
@@ -186,26 +191,11 @@ def test_nvme_offload_needs_a_writable_directory(
         HPUDeepSpeedStrategy(stage=3, offload_parameters=True, offload_params_device="nvme", nvme_path=str(missing))
 
 
-class _StrategyOn(HPUDeepSpeedStrategy):
-    """The strategy on a device of the given type (the emulator backs HPUs with the host; Gaudi does not)."""
-
-    def __init__(self, device_type: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._device_type = device_type
-
-    @property
-    def root_device(self) -> torch.device:
-        return torch.device(self._device_type)
-
-
-@pytest.mark.parametrize(("device_type", "in_cpu"), [("hpu", True), ("cpu", False)], ids=["device", "host-backed"])
-def test_cpu_checkpointing_reaches_deepspeed_unless_the_device_is_the_host(
-    monkeypatch: pytest.MonkeyPatch, device_type: str, in_cpu: bool
-) -> None:
+def test_cpu_checkpointing_reaches_deepspeed(monkeypatch: pytest.MonkeyPatch) -> None:
     import deepspeed
 
     configured: list[dict[str, Any]] = []
     monkeypatch.setattr(deepspeed.checkpointing, "configure", lambda **kwargs: configured.append(kwargs))
-    strategy = _StrategyOn(device_type, stage=3, cpu_checkpointing=True)
+    strategy = HPUDeepSpeedStrategy(stage=3, cpu_checkpointing=True)
     strategy._set_deepspeed_activation_checkpointing()
-    assert [kwargs["checkpoint_in_cpu"] for kwargs in configured] == [in_cpu]
+    assert [kwargs["checkpoint_in_cpu"] for kwargs in configured] == [True]

@@ -85,23 +85,30 @@ class InferenceSettings:
             return int(tensor_parallel.get("tp_size", 1))
         return int(getattr(tensor_parallel, "tp_size", 1) or 1)
 
-    def validate(self, world_size: int, on_hpu: bool) -> None:
-        """Refuse what cannot run: kernel injection or graphs off Gaudi, a TP size that does not divide the world.
+    def validate(self, world_size: int, has_inference_kernels: bool, lazy: bool) -> None:
+        """Refuse what cannot run here: kernel injection, graphs, a TP size that does not divide the world.
+
+        Args:
+            world_size: The number of processes.
+            has_inference_kernels: Whether DeepSpeed ships its ``transformer_inference`` op (Intel's DeepSpeed for
+                Gaudi does; upstream DeepSpeed does not, and its HPU builder cannot compile one).
+            lazy: Whether the SDK runs in lazy mode (it exports HPU graphs in lazy mode only).
 
         Raises:
             ConfigurationError: Naming the option, its value and the fix.
         """
-        if self.options.get("replace_with_kernel_inject") and not on_hpu:
+        if self.options.get("replace_with_kernel_inject") and not has_inference_kernels:
             raise ConfigurationError(
-                "replace_with_kernel_inject=True needs DeepSpeed's fused inference kernels, which exist only on real "
-                "devices: DeepSpeed cannot inject kernels on its CPU accelerator, which runs the emulated HPUs. "
-                "Accepted here: replace_with_kernel_inject=False (tensor parallelism by injection_policy or "
-                "automatic TP still works). Run on Gaudi for kernel injection."
+                "replace_with_kernel_inject=True needs DeepSpeed's fused HPU inference kernels (its "
+                "'transformer_inference' op), which this DeepSpeed installation does not ship: upstream DeepSpeed "
+                "has none for HPUs; Intel's DeepSpeed for Gaudi does. Accepted here: replace_with_kernel_inject=False "
+                "(tensor parallelism by injection_policy or automatic TP still works), or install Intel's DeepSpeed."
             )
-        if self.options.get("enable_cuda_graph") and not on_hpu:
+        if self.options.get("enable_cuda_graph") and not lazy:
             raise ConfigurationError(
-                "enable_cuda_graph=True records the model as an HPU graph, which DeepSpeed's CPU accelerator (running "
-                "the emulated HPUs) cannot do: it would replay nothing. Accepted here: enable_cuda_graph=False."
+                "enable_cuda_graph=True records the model as an HPU graph, which the Habana SDK offers in lazy mode "
+                "only (PT_HPU_LAZY_MODE=1 when the process starts; eager is the default). Accepted in eager mode: "
+                "enable_cuda_graph=False."
             )
         size = self.tp_size
         if size < 1 or world_size % size:

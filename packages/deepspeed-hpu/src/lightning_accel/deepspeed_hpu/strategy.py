@@ -24,7 +24,7 @@ from lightning_accel.habana import sdk
 from lightning_accel.habana.distributed import HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepAroundEvaluation
 
 from . import config as ds_config
-from ._runtime import check_deepspeed_accelerator, prepare_deepspeed_import, skip_cpu_shm_op
+from ._runtime import check_deepspeed_accelerator, prepare_deepspeed_import
 from .inference import InferenceSettings, TensorParallelGroups, split_inference_config
 from .optimizers import check_client_optimizer, check_config_optimizer
 from .precision import HPUDeepSpeedPrecisionPlugin
@@ -62,8 +62,8 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
 
     A subclass of Lightning's :class:`~lightning.pytorch.strategies.DeepSpeedStrategy`, so Lightning's own DeepSpeed
     handling applies (precision choice, model summary, checks in callbacks); it takes the same arguments. On Gaudi it
-    runs DeepSpeed's HPU accelerator over HCCL. Under the emulator (``LIGHTNING_ACCEL_EMULATE=hpu``) DeepSpeed runs the
-    accelerator of the device backing the HPUs (``DS_ACCELERATOR=cpu``) over the emulated ``"hccl"`` backend.
+    runs DeepSpeed's HPU accelerator (``DS_ACCELERATOR=hpu``) over HCCL, on Gaudi and on the emulator
+    (``LIGHTNING_ACCEL_EMULATE=hpu``) alike.
 
     Differences from Lightning's strategy: a config and a ZeRO argument that contradict each other are an error (not a
     silently ignored argument); the optimizer and scheduler returned by ``configure_optimizers`` win over the
@@ -257,8 +257,27 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
         self.set_world_ranks()
         self._hccl.initialize(self.world_size, self.global_rank, self.local_rank)
         check_deepspeed_accelerator()
-        skip_cpu_shm_op()
         self._init_deepspeed_distributed()
+
+    @override
+    def teardown(self) -> None:
+        """Tear down as Lightning does, but leave the module where DeepSpeed put its parameters.
+
+        Lightning moves the module to the host after ``fit``. DeepSpeed's engine outlives ``fit`` (``save_checkpoint``
+        and ``test`` use it) and owns the parameters: ZeRO-3 keeps only partitions, with its own attributes on each
+        parameter object, and the engine keeps references to the objects. Moving them would leave it stale (on the
+        emulator, where a move to the host makes new parameter objects, it fails outright).
+        """
+        module = self.lightning_module
+        if module is None:
+            super().teardown()
+            return
+        # Lightning's teardown calls `lightning_module.cpu()`: make it a no-op for this call only.
+        module.cpu = lambda: module  # type: ignore[method-assign]
+        try:
+            super().teardown()
+        finally:
+            del module.cpu
 
     # --- precision -------------------------------------------------------------------------------------------------
 
@@ -373,14 +392,6 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
         if not checkpoint_config:
             return
         in_cpu = bool(checkpoint_config.get("cpu_checkpointing"))
-        if in_cpu and self.root_device.type == "cpu":
-            # The activations already live in host memory. DeepSpeed's "copy to the host" is then the same tensor,
-            # whose storage it frees right after, so the recomputation would read an empty tensor.
-            rank_zero_info(
-                "HPUDeepSpeedStrategy: cpu_checkpointing has nothing to move, the device is the host CPU; "
-                "checkpointed activations stay where they are."
-            )
-            in_cpu = False
         deepspeed.checkpointing.configure(
             mpu_=None,
             partition_activations=checkpoint_config.get("partition_activations"),
@@ -401,6 +412,9 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
     ) -> tuple[deepspeed.DeepSpeedEngine, Optimizer]:
         import deepspeed
 
+        if not any(hasattr(p, "ds_id") for p in model.parameters()):  # zero.Init() places its partitions itself
+            # On the device before DeepSpeed sees it: the parameters handed to its optimizer are the ones it trains.
+            model = model.to(self.root_device)
         engine, deepspeed_optimizer, _, _ = deepspeed.initialize(
             # HPU devices have no index: DeepSpeed's device is the one of this local rank.
             args=argparse.Namespace(device_rank=self.local_rank),
@@ -425,12 +439,20 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
             return
         import deepspeed
 
-        self.inference.validate(self.world_size, on_hpu=sdk.device_type() == sdk.DEVICE_TYPE)
+        self.inference.validate(
+            self.world_size, has_inference_kernels=_has_inference_kernels(), lazy=bool(sdk.core_module().is_lazy())
+        )
         # DeepSpeed's own group (ranks 0..tp_size-1) is right when the group spans the world; ours cover the rest.
         size = self.inference.tp_size
         groups = TensorParallelGroups(size) if 1 < size < self.world_size else None
         kwargs = self.inference.init_kwargs(precision.dtype, groups)
         remove_module_hooks(model)
+        if not kwargs.get("keep_module_on_host") and not any(p.is_meta for p in model.parameters()):
+            # Shard on the HPU: DeepSpeed's tensor parallelism swaps each shard into the parameter in place
+            # (`param.data = shard`), which needs the parameter on the shard's device (always so on the emulator,
+            # whose "hpu" tensors cannot be swapped into host parameters). Models too large for one HPU: build them
+            # on the meta device and give DeepSpeed a checkpoint, or set keep_module_on_host.
+            model = model.to(self.root_device)
         engine = deepspeed.init_inference(_InjectionRoot(model), **kwargs)
         precision.cast_inputs_to(kwargs["dtype"] if isinstance(kwargs["dtype"], torch.dtype) else None)
         self.model = engine
@@ -515,3 +537,12 @@ def _hpu_devices(parallel_devices: list[torch.device] | int | None) -> list[torc
             )
         return [torch.device(sdk.DEVICE_TYPE)] * parallel_devices
     return parallel_devices
+
+
+def _has_inference_kernels() -> bool:
+    """Whether this DeepSpeed ships its prebuilt ``transformer_inference`` op (what kernel injection runs on HPUs)."""
+    try:
+        from deepspeed.git_version_info import installed_ops
+    except ImportError:
+        return False
+    return bool(installed_ops.get("transformer_inference", False))
