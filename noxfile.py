@@ -159,8 +159,8 @@ def build(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def demo(session: nox.Session) -> None:
-    """The main job: digits on the emulated HPU (1 and 2 devices) and IPU (device iterations); loss curves + summary."""
-    install_base(session, "habana", "graphcore")
+    """The main job: digits on the emulated HPU (1, 2, DeepSpeed ZeRO-3 bf16 on 2) and IPU; loss curves + summary."""
+    install_base(session, "habana", "graphcore", "deepspeed-hpu")
     session.install("matplotlib")
     session.run("python", "examples/demo.py", "--output", "demo_output", *session.posargs)
 

@@ -1,6 +1,8 @@
-"""The main job: train the digits classifier on the emulated Gaudi (1 and 2 HPUs) and the emulated IPU.
+"""The main job: train the digits classifier on the emulated Gaudi (1 and 2 HPUs, and DeepSpeed ZeRO-3 in bf16 on 2)
+and the emulated IPU.
 
-Each run is its own process (the two-HPU run is DDP over the emulated HCCL backend, one process per HPU). The script
+Each run is its own process (the two-HPU runs are DDP and DeepSpeed over the emulated HCCL backend, one process per
+HPU). The script
 prints every run's validation accuracy and wall time, and writes into ``--output`` (default ``demo_output``):
 
 * ``loss_curves.png``: training loss against training samples seen, one line per run;
@@ -40,17 +42,24 @@ class Run:
     accelerator: str
     devices: int
     device_iterations: int = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
 
     @property
     def label(self) -> str:
         kind = "Gaudi (HPU)" if self.accelerator == "hpu" else "Graphcore (IPU)"
         extra = f", {self.device_iterations} device iterations" if self.device_iterations > 1 else ""
+        if self.strategy == "hpu_deepspeed_stage_3":
+            extra += ", DeepSpeed ZeRO-3"
+        if self.precision != "32-true":
+            extra += f", {self.precision}"
         return f"{kind} x{self.devices}{extra}"
 
 
 RUNS = (
     Run("hpu-1", "hpu", 1),
     Run("hpu-2", "hpu", 2),
+    Run("hpu-2-zero3-bf16", "hpu", 2, strategy="hpu_deepspeed_stage_3", precision="bf16-mixed"),
     Run("ipu-8x4", "ipu", 8, device_iterations=4),
 )
 
@@ -74,7 +83,7 @@ def train(run: Run, output: Path, max_epochs: int) -> None:
     seed_everything(0, workers=True)
     if run.accelerator == "hpu":
         train_loader, val_loader = example.loaders(64)
-        strategy: object = "auto"
+        strategy: object = run.strategy
     else:
         from lightning_accel.graphcore import IPUStrategy
 
@@ -84,6 +93,7 @@ def train(run: Run, output: Path, max_epochs: int) -> None:
         accelerator=run.accelerator,
         devices=run.devices,
         strategy=strategy,  # type: ignore[arg-type]
+        precision=run.precision,  # type: ignore[arg-type]
         max_epochs=max_epochs,
         logger=CSVLogger(output / "logs", name=run.name, version=0),
         log_every_n_steps=1,
@@ -147,13 +157,14 @@ def summarize(results: list[dict[str, object]], path: Path, max_epochs: int) -> 
         f"scikit-learn's 8x8 digits (1437 / 1400 training samples), {max_epochs} epochs per run, "
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPU core(s).",
         "",
-        "| run | accelerator | devices | device iterations | mode | validation accuracy | fit seconds "
-        "| process seconds |",
-        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |",
+        "| run | accelerator | devices | strategy | precision | device iterations | mode | validation accuracy "
+        "| fit seconds | process seconds |",
+        "| --- | --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: |",
     ]
     for r in results:
         lines.append(
-            f"| {r['name']} | {r['accelerator']} | {r['devices']} | {r['device_iterations']} | {r['mode']} | "
+            f"| {r['name']} | {r['accelerator']} | {r['devices']} | {r['strategy']} | {r['precision']} | "
+            f"{r['device_iterations']} | {r['mode']} | "
             f"{float(str(r['accuracy'])):.4f} | {float(str(r['fit_seconds'])):.1f} | "
             f"{float(str(r['process_seconds'])):.1f} |"
         )

@@ -38,7 +38,7 @@ class DigitsMLP(LightningModule):
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         x, y = batch
-        # Counters live on the model's device: self.device is the HPU (or the device backing the emulator).
+        # Counters live on the model's device: self.device is the HPU.
         correct = torch.zeros((), device=self.device) + (self(x).argmax(dim=1) == y).sum()
         self.log("val_acc", correct / len(y), prog_bar=True, sync_dist=True)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import sys
 import types
-import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -156,14 +155,14 @@ class HPUTensor(torch.Tensor):
 
 
 class _Flatten:
-    """``HPUTensor.__tensor_flatten__``, hidden from ``Module._apply`` for parameters that cannot be swapped.
+    """``HPUTensor.__tensor_flatten__``, hidden from ``Module._apply`` for parameters already on ``"hpu"``.
 
     ``Module._apply`` swaps the contents of a traceable subclass parameter (``torch.utils.swap_tensors``), which torch
-    refuses for an object with weak references: DeepSpeed keeps a finalizer on every parameter, then moves or casts
-    the module. On Gaudi the same move is ``param.data = new`` (the tensors have compatible types), which the wrapper
-    supports. So when ``Module._apply`` asks about a parameter that has weak references and stays an ``"hpu"``
-    tensor, the subclass does not look traceable and torch takes that path, as on hardware; everywhere else
-    (``torch.compile``, other moves) it is traceable.
+    refuses for an object with weak references (DeepSpeed keeps a finalizer on every parameter) or other references
+    (an HPU graph holds its parameters). On Gaudi a move or cast of a parameter already on the HPU is
+    ``param.data = new`` (the tensors have compatible types), which the wrapper supports. So when ``Module._apply``
+    asks about a parameter that is an ``"hpu"`` tensor already, the subclass does not look traceable and torch takes
+    that path, as on hardware; everywhere else (``torch.compile``, moves from the host) it is traceable.
     """
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:
@@ -176,7 +175,7 @@ class _Flatten:
                 break
             if frame.f_code is _MODULE_APPLY:
                 param = frame.f_locals.get("param")
-                if type(param) is HPUTensor and weakref.getweakrefcount(param):
+                if type(param) is HPUTensor:
                     raise AttributeError("__tensor_flatten__")
                 break
             frame = frame.f_back
