@@ -174,5 +174,6 @@ def bench(session: nox.Session) -> None:
     os.makedirs(ROOT / "benchmarks" / "results", exist_ok=True)
     session.run("python", "benchmarks/bench_startup.py")
     session.run("python", "benchmarks/bench_hpu_overhead.py")
+    session.run("python", "benchmarks/bench_hpu_device.py")
     session.run("python", "benchmarks/bench_ipu_device_iterations.py")
     session.run("python", "benchmarks/bench_zero_memory.py")

@@ -175,3 +175,51 @@ def test_initialize_distributed_hpu_fails_with_too_few_devices(clean_env: pytest
         r"HABANA_VISIBLE_MODULES is set correctly\.",
     ):
         sdk.hccl.initialize_distributed_hpu(world_size=4, rank=2, local_rank=2)
+
+
+# --- what DeepSpeed's HPU accelerator calls ------------------------------------------------------------------------
+
+
+def test_fused_adamw_op_matches_torch_adamw() -> None:
+    torch.manual_seed(0)
+    lr, betas, eps, weight_decay, steps = 0.01, (0.9, 0.999), 1e-8, 0.1, 3
+    reference = torch.nn.Parameter(torch.randn(5, 3))
+    fused = torch.nn.Parameter(reference.detach().clone().to(sdk.device()))
+    optimizer = torch.optim.AdamW([reference], lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    exp_avg = torch.zeros_like(fused)
+    exp_avg_sq = torch.zeros_like(fused)
+    for step in range(1, steps + 1):
+        grad = torch.randn(5, 3)
+        reference.grad = grad
+        optimizer.step()
+        # As DeepSpeed's HPU FusedAdam calls it: bias correction folded into the step, decay as a multiplier.
+        step_size = lr * (1 - betas[1] ** step) ** 0.5 / (1 - betas[0] ** step)
+        neg_step = torch.tensor([-step_size], device=sdk.device())
+        torch.ops.hpu.optimizer_adamw(
+            [grad.to(sdk.device())], [fused], [exp_avg], [exp_avg_sq], neg_step, *betas, eps, 1.0 - weight_decay * lr
+        )
+    assert fused.device.type == "hpu"
+    torch.testing.assert_close(fused.detach().cpu(), reference.detach())
+
+
+def test_pinned_host_memory_for_the_hpu() -> None:
+    host = torch.randn(8)
+    assert not host.is_pinned()
+    pinned = host.pin_memory()
+    assert pinned.is_pinned() and pinned.pin_memory() is pinned
+    assert pinned.device.type == "cpu" and torch.equal(pinned, host)
+
+
+def test_streams_and_events_for_deepspeed() -> None:
+    hpu = sdk.hpu
+    stream = hpu.current_stream()
+    assert isinstance(stream, torch.Stream) and stream == hpu.default_stream()
+    tensor = torch.ones(4, device=sdk.device())
+    tensor.record_stream(stream)  # ZeRO-3 records its buffers on the current stream
+    start, end = sdk.htcore.hpu.Event(enable_timing=True), hpu.Event(enable_timing=True)
+    with hpu.stream(hpu.Stream()):
+        start.record()
+        end.record()
+    assert end.query() and end.elapsed_time(start) <= 0 <= start.elapsed_time(end)
+    assert hpu.memory_reserved() >= hpu.memory_allocated() > 0
+    assert hpu.random.default_generators[0] is torch.default_generator
