@@ -58,6 +58,19 @@ def test_config_conflicting_with_arguments() -> None:
         HPUDeepSpeedStrategy(config={"zero_optimization": {"stage": 2}}, offload_optimizer=True)
 
 
+def test_config_agreeing_with_arguments_is_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # strategy="hpu_deepspeed_stage_3" passes stage=3; a config file of stage 3 says the same.
+    strategy = HPUDeepSpeedStrategy(config={"zero_optimization": {"stage": 3}}, stage=3)
+    assert strategy.config["zero_optimization"]["stage"] == 3
+    path = tmp_path / "ds_config.json"
+    path.write_text('{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 4}')
+    monkeypatch.setenv("PL_DEEPSPEED_CONFIG_PATH", str(path))
+    from lightning.pytorch import Trainer
+
+    trainer = Trainer(accelerator="hpu", devices=1, strategy="hpu_deepspeed_stage_3", logger=False)
+    assert trainer.strategy.config["train_micro_batch_size_per_gpu"] == 4
+
+
 def test_config_path_that_is_missing_unreadable_or_not_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigurationError, match=r"config='.*nope.json': no such file"):
         HPUDeepSpeedStrategy(config=str(tmp_path / "nope.json"))

@@ -335,6 +335,19 @@ def test_hpu_graphs_callback_wraps_prediction_without_code_changes() -> None:
     assert "forward" not in graphed_model.__dict__  # restored after the stage
 
 
+def test_hpu_graphs_callback_restores_the_forward_when_prediction_fails() -> None:
+    class Failing(Predictor):
+        def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if batch_idx == 1:
+                raise RuntimeError("bad batch")
+            return super().predict_step(batch, batch_idx)
+
+    model = Failing()
+    with pytest.raises(RuntimeError, match="bad batch"):
+        _trainer(callbacks=[HPUGraphs()]).predict(model, DataLoader(_data(5, 10), batch_size=16))
+    assert "forward" not in model.__dict__ and "hpu_graph_cache" not in model.__dict__
+
+
 def test_hpu_graphs_callback_arguments_and_compiled_models_are_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"stages=\('fit',\)"):
         HPUGraphs(stages=("fit",))

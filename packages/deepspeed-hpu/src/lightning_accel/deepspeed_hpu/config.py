@@ -125,7 +125,7 @@ def _lookup(config: Mapping[str, Any], dotted: str) -> Any:
 
 
 def check_against_arguments(config: Mapping[str, Any], explicit: Mapping[str, Any]) -> None:
-    """Refuse strategy arguments that were changed from their defaults although a config was given.
+    """Refuse strategy arguments that were changed from their defaults and differ from the config that was given.
 
     Lightning builds the config from these arguments only when no config is passed; with a config they would be
     ignored silently, which is never what the caller meant.
@@ -138,6 +138,8 @@ def check_against_arguments(config: Mapping[str, Any], explicit: Mapping[str, An
         if key is None:
             continue
         in_config = _lookup(config, key) if "*" not in key else None
+        if in_config is not None and in_config == value:
+            continue  # both say the same (strategy="hpu_deepspeed_stage_3" with a config file of stage 3)
         said = f"the config has {key}={in_config!r}" if in_config is not None else f"the config does not set {key}"
         raise ConfigurationError(
             f"{name}={value!r} conflicts with the DeepSpeed config that was given: {said}. When a config is given it "

@@ -106,6 +106,11 @@ class HPUGraphs(Callback):
             pl_module.__dict__.pop(name, None)
 
     @override
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        """Restore the forward when evaluation or prediction stops with an error."""
+        self._unwrap(pl_module)
+
+    @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Wrap the forward for validation."""
         self._wrap("validate", pl_module)
