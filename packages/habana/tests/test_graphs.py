@@ -396,3 +396,28 @@ def test_seed_example_runs_with_the_sdk_module_names_and_hpu_placeholders(tmp_pa
     assert process.returncode == 0, process.stderr[-3000:]
     accuracy = float(process.stdout.rsplit("accuracy with graphed prediction:", 1)[1].split()[0])
     assert accuracy > 0.8
+
+
+def test_module_cacher_first_call_runs_the_forward_once() -> None:
+    # The capture computes the first call's result: running the forward again would draw new dropout masks.
+    losses = []
+    for graphed in (False, True):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Dropout(0.5), torch.nn.Linear(32, 4)).to("hpu")
+        if graphed:
+            htcore.hpu.ModuleCacher(max_graphs=2)(model=net, inplace=True)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        data = _data(4)
+        run = []
+        for step in range(4):
+            x, y = (
+                data.tensors[0][step * BATCH : (step + 1) * BATCH],
+                data.tensors[1][step * BATCH : (step + 1) * BATCH],
+            )
+            optimizer.zero_grad()
+            loss = F.cross_entropy(net(x.to("hpu")), y.to("hpu"))
+            loss.backward()
+            optimizer.step()
+            run.append(loss.item())
+        losses.append(run)
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)

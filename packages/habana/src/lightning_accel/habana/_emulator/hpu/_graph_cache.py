@@ -103,7 +103,7 @@ class _GraphedCall:
             return tuple(leaf for leaf in out_leaves if isinstance(leaf, torch.Tensor))
 
         static = tuple(_static_copy(t) for t in tensors)
-        self.graphed = graph_autograd(tensors_only, static, params, 0, allow_unused_input)
+        self.graphed = graph_autograd(tensors_only, static, params, 0, allow_unused_input, first_call_is_capture=True)
 
     def __call__(self, leaves: list[Any]) -> Any:
         _, tensors = _split(leaves)

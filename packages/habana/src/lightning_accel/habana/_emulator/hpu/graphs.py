@@ -198,11 +198,14 @@ def graph_autograd(
     params: tuple[torch.Tensor, ...],
     warmups: int,
     allow_unused_input: bool,
+    first_call_is_capture: bool = False,
 ) -> Callable[..., Any]:
     """Capture ``func``'s forward and backward; return a function of the user tensors that replays them.
 
     Emulator helper (not an SDK name): ``params`` are the tensors ``func`` uses besides its arguments (a module's
-    parameters); their gradients come from the backward graph.
+    parameters); their gradients come from the backward graph. With ``first_call_is_capture``, ``sample_args`` hold
+    the first call's own inputs, so the first call returns what the capture computed instead of running the forward
+    again (a second run would draw new random numbers, e.g. dropout masks, and do the work twice).
     """
     surface = sample_args + params
     for _ in range(warmups):
@@ -238,10 +241,14 @@ def graph_autograd(
     grad_iter = iter(grads)
     static_grad_inputs = tuple(next(grad_iter) if i.requires_grad else None for i in surface)
     user_count = len(sample_args)
+    pending_capture = [first_call_is_capture]
 
     class Graphed(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            if pending_capture[0]:
+                pending_capture[0] = False
+                return tuple(o.detach() for o in static_outputs)
             for static, new in zip(sample_args, inputs[:user_count], strict=False):
                 # An "hpu" tensor's memory is its backing tensor's (the wrapper's data_ptr() is not an address).
                 if unwrap(static).data_ptr() != unwrap(new).data_ptr():
