@@ -114,3 +114,22 @@ def test_importing_the_package_loads_no_sdk_and_no_emulator() -> None:
         "print([m for m in sys.modules if m.startswith(('habana_frameworks', 'lightning_accel.habana._emulator'))])"
     )
     assert out == "[]"
+
+
+def test_a_broken_sdk_is_named_in_the_devices_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning_accel.habana import HPUAccelerator, _devices
+
+    def broken() -> None:
+        raise OSError("libSynapse.so: cannot open shared object file")
+
+    monkeypatch.setattr(sdk, "hpu_module", broken)
+    assert HPUAccelerator.is_available() is False
+    with pytest.raises(ValueError) as info:
+        HPUAccelerator.parse_devices(1)
+    assert str(info.value) == (
+        "devices=1 asks for 1 HPUs, but no HPU can be used in this process: the Habana SDK could not be loaded: "
+        "OSError: libSynapse.so: cannot open shared object file. Fix the Gaudi software stack, or set "
+        "LIGHTNING_ACCEL_EMULATE=hpu to use the emulator."
+    )
+    monkeypatch.undo()
+    assert _devices.hpu_available() and _devices._unavailable_because is None

@@ -39,11 +39,19 @@ def hpu_available() -> bool:
     A broken SDK counts as unavailable: it raises ``AssertionError`` at import when torch is not the build it was made
     for, ``OSError`` when a shared library is missing, and anything else a C extension can raise while loading.
     """
+    global _unavailable_because
     try:
         sdk.require()
-        return bool(sdk.hpu_module().is_available())
-    except Exception:
-        return False
+        if sdk.hpu_module().is_available():
+            _unavailable_because = None
+            return True
+        _unavailable_because = "the Habana SDK reports no usable HPU (hpu.is_available() is False)"
+    except Exception as exc:
+        _unavailable_because = f"the Habana SDK could not be loaded: {type(exc).__name__}: {exc}"
+    return False
+
+
+_unavailable_because: str | None = None
 
 
 def is_lazy() -> bool:
@@ -90,6 +98,13 @@ def parse_devices(devices: Any) -> int:
         return available
     if value < 1:
         raise ConfigurationError(f"devices={devices!r} is not accepted by HPUAccelerator. {_ACCEPTED}")
+    if available == 0 and _unavailable_because is not None:
+        # Not "0 are visible": say why none can be used (e.g. an SDK built for another torch raises at load).
+        raise ConfigurationError(
+            f"devices={devices!r} asks for {value} HPUs, but no HPU can be used in this process: "
+            f"{_unavailable_because}. Fix the Gaudi software stack, or set LIGHTNING_ACCEL_EMULATE=hpu to use the "
+            "emulator."
+        )
     if value > available:
         raise ConfigurationError(
             f"devices={devices!r} asks for {value} HPUs, but only {available} are visible to this process. Accepted: "
