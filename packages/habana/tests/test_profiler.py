@@ -15,8 +15,9 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.profilers import PyTorchProfiler
 from torch.profiler import ProfilerActivity
 
+from lightning_accel.core.emulation import reset_emulation_settings
 from lightning_accel.core.errors import ConfigurationError
-from lightning_accel.habana import HPUProfiler
+from lightning_accel.habana import HPUProfiler, sdk
 from lightning_accel.habana import profiler as profiler_module
 
 
@@ -115,3 +116,11 @@ def test_distributed_profiling_writes_one_trace_per_rank_with_custom_actions(tmp
         assert "[pl][profile]my_granular_action" in names
     summaries = sorted(p.name for p in tmp_path.glob("*perf-logs*.txt"))
     assert len(summaries) == 2
+
+
+def test_without_hpus_the_profiler_says_it_records_the_cpu_only(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LIGHTNING_ACCEL_EMULATE", "0")
+    reset_emulation_settings()
+    clean_env.setattr(sdk, "is_sdk_installed", lambda: False)
+    with pytest.warns(UserWarning, match=r"HPUProfiler records CPU activity only: no HPU can be used in this process"):
+        assert profiler_module._activities() == [ProfilerActivity.CPU]

@@ -17,10 +17,12 @@ __all__ = ["HPUProfiler"]
 def _activities() -> list[Any]:
     try:
         return sdk.profiler_activities()
-    except DeviceUnavailableError:
-        # Without HPUs the profiler still works, on the CPU, as PyTorchProfiler does.
+    except DeviceUnavailableError as exc:
+        # Without HPUs the profiler still works, on the CPU, as PyTorchProfiler does, and says so.
+        from lightning.pytorch.utilities.rank_zero import rank_zero_warn
         from torch.profiler import ProfilerActivity
 
+        rank_zero_warn(f"HPUProfiler records CPU activity only: no HPU can be used in this process. {exc}")
         return [ProfilerActivity.CPU]
 
 
