@@ -28,6 +28,8 @@ class Digits(LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
+        if batch_idx == 0:  # where the batch and the model are: the HPU
+            self.seen_devices = [x.device.type, self.device.type]
         loss = torch.nn.functional.cross_entropy(self(x).float(), y)
         self.log("train_loss", loss)
         return loss
@@ -53,6 +55,12 @@ def loaders() -> tuple[DataLoader, DataLoader, torch.Tensor, torch.Tensor]:
         x[val],
         y[val],
     )
+
+
+def _deepspeed_accelerator() -> str:
+    from deepspeed.accelerator import get_accelerator
+
+    return str(get_accelerator().device_name())
 
 
 def main() -> None:
@@ -96,6 +104,8 @@ def main() -> None:
         "zero_stage": first.strategy.config["zero_optimization"]["stage"],
         "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
         "world_size": first.world_size,
+        "devices_in_training_step": model.seen_devices,
+        "deepspeed_accelerator": _deepspeed_accelerator(),
         "accuracy": accuracy,
         "steps_before": steps_before,
         "steps_after": second.global_step,

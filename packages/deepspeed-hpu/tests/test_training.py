@@ -13,6 +13,9 @@ def test_stage_3_bf16_from_a_lightning_only_script_trains_saves_resumes_converts
     assert result["strategy"] == "HPUDeepSpeedStrategy"
     assert result["precision"] == "HPUDeepSpeedPrecisionPlugin"
     assert (result["zero_stage"], result["backend"], result["world_size"]) == (3, "hccl", 2)
+    # DeepSpeed's HPU accelerator, with the batch and the model on "hpu" inside training_step, as on Gaudi.
+    assert result["deepspeed_accelerator"] == "hpu"
+    assert result["devices_in_training_step"] == ["hpu", "hpu"]
     assert result["accuracy"] > 0.9  # ten digit classes: chance is 0.1
     # Resuming restored the step counter and the weights (one more epoch of 22 steps, accuracy kept).
     assert result["steps_after"] == result["steps_before"] + 22
