@@ -228,7 +228,8 @@ def profiler_activities() -> list[ProfilerActivity]:
     require()
     activities = [ProfilerActivity.CPU]
     if is_emulated():
-        if device_type() == "cuda":
+        # The emulated SDK has no HPU activity; the work it runs on a CUDA backing shows as CUDA activity.
+        if emulation_settings().backend == "cuda":
             activities.append(ProfilerActivity.CUDA)
         return activities
     hpu_activity = getattr(ProfilerActivity, "HPU", None)
