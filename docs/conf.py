@@ -9,3 +9,4 @@ autodoc_member_order = "bysource"
 napoleon_google_docstring = True
 nitpicky = False
 suppress_warnings = ["myst.header"]
+myst_heading_anchors = 3  # "page#heading-slug" links, as GitHub renders them
