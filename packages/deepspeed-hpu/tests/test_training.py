@@ -94,3 +94,39 @@ def test_offload_trains_with_deepspeeds_cpu_adam(
     assert (result["stage"], result["offload_optimizer"], result["offload_param"]) == (stage, "cpu", param_device)
     assert result["optimizer"] == "DeepSpeedCPUAdam"
     assert result["accuracy"] > 0.85
+
+
+EVALUATE_WITHOUT_FIT = """
+import torch
+from lightning.pytorch import LightningDataModule, Trainer
+from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
+from torch.utils.data import DataLoader
+
+
+class NeedsFitSetup(LightningDataModule):
+    def setup(self, stage):
+        if stage == "fit":
+            self.random_train = RandomDataset(32, 64)
+        self.random_val = RandomDataset(32, 64)
+
+    def train_dataloader(self):
+        return DataLoader(self.random_train, batch_size=4)
+
+    def val_dataloader(self):
+        return DataLoader(self.random_val, batch_size=4)
+
+    test_dataloader = predict_dataloader = val_dataloader
+
+
+trainer = Trainer(accelerator="hpu", devices=1, strategy="hpu_deepspeed_stage_2", logger=False)
+for run in (trainer.validate, trainer.test, trainer.predict):
+    run(BoringModel(), datamodule=NeedsFitSetup())
+print("EVALUATED", trainer.strategy.config["train_micro_batch_size_per_gpu"])
+"""
+
+
+def test_evaluation_without_fit_does_not_read_the_training_loader(tmp_path: Path) -> None:
+    # Lightning sizes DeepSpeed's micro batch from the training loader, which needs setup("fit") (issue 15).
+    script = tmp_path / "evaluate.py"
+    script.write_text(EVALUATE_WITHOUT_FIT)
+    run_script(str(script))

@@ -301,6 +301,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     # deepspeed-hpu: Lightning's DeepSpeedStrategy, with its three fixes off CUDA.
     PrivateName(_DEEPSPEED, "_load_config", "method", ("self", "config"), "overridden", _DS_USER),
     PrivateName(_DEEPSPEED, "_format_config", "method", ("self",), "overridden", _DS_USER),
+    PrivateName(_DEEPSPEED, "_auto_select_batch_size", "method", ("self",), "overridden", _DS_USER),
     PrivateName(_DEEPSPEED, "_init_deepspeed_distributed", "method", ("self",), "called", _DS_USER),
     PrivateName(_DEEPSPEED, "_init_optimizers", "method", ("self",), "called", _DS_USER),
     PrivateName(_DEEPSPEED, "_initialize_deepspeed_train", "method", ("self", "model"), "overridden", _DS_USER),

@@ -327,6 +327,15 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
         if self.lightning_module is not None:
             ds_config.check_batch_size(self.config, self.world_size)
 
+    @override
+    def _auto_select_batch_size(self) -> int:
+        # The micro batch size only feeds DeepSpeed's throughput logging. Lightning reads the training loader for it,
+        # which outside fit may need setup("fit") the datamodule never had (validate/test/predict would crash).
+        module = self.lightning_module
+        if module is None or module.trainer.state.fn != TrainerFn.FITTING:
+            return 1
+        return super()._auto_select_batch_size()
+
     # --- training --------------------------------------------------------------------------------------------------
 
     def _module_optimizer(self) -> tuple[Optimizer | None, LRSchedulerConfig | None]:
@@ -407,14 +416,22 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
         assert self.config is not None
         return self._initialize_engine(model, optimizer, lr_scheduler, self.config)
 
+    def _on_device(self, model: Module) -> Module:
+        """The model on the HPU before DeepSpeed sees it (zero.Init() models excepted: they place their partitions).
+
+        The parameters handed to DeepSpeed's optimizer are then the ones it trains, and DeepSpeed's own move of the
+        module (after it has put finalizers on the parameters) has nothing left to do.
+        """
+        if any(hasattr(p, "ds_id") for p in model.parameters()):
+            return model
+        return model.to(self.root_device)
+
     def _initialize_engine(
         self, model: Module, optimizer: Optimizer | None, lr_scheduler: Any | None, config: dict[str, Any]
     ) -> tuple[deepspeed.DeepSpeedEngine, Optimizer]:
         import deepspeed
 
-        if not any(hasattr(p, "ds_id") for p in model.parameters()):  # zero.Init() places its partitions itself
-            # On the device before DeepSpeed sees it: the parameters handed to its optimizer are the ones it trains.
-            model = model.to(self.root_device)
+        model = self._on_device(model)
         engine, deepspeed_optimizer, _, _ = deepspeed.initialize(
             # HPU devices have no index: DeepSpeed's device is the one of this local rank.
             args=argparse.Namespace(device_rank=self.local_rank),
@@ -469,6 +486,7 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
             inference_config["zero_allow_untested_optimizer"] = self.config.get("zero_allow_untested_optimizer", True)
             inference_config["zero_optimization"] = self.config["zero_optimization"]
         remove_module_hooks(model)
+        model = self._on_device(model)
         engine, _, _, _ = deepspeed.initialize(
             args=argparse.Namespace(device_rank=self.local_rank),
             config=inference_config,
