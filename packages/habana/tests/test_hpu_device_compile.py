@@ -6,74 +6,24 @@ pytest process of their own and each test here reports the outcome of the same t
 
 from __future__ import annotations
 
-import functools
-import os
-import subprocess
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from _habana_helpers import PYTHON, script_env
+from _child_pytest import isolated_in_child
+
+
+def _fresh_dynamo() -> None:
+    from lightning_accel.habana._emulator.device import install
+
+    install()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+
 
 CHILD_VAR = "LIGHTNING_ACCEL_TEST_HPU_DEVICE_COMPILE_CHILD"
-IN_CHILD = os.environ.get(CHILD_VAR) == "1"
-
-_child_results: dict[str, tuple[str, str]] | None = None
-
-
-def _run_child() -> dict[str, tuple[str, str]]:
-    global _child_results
-    if _child_results is None:
-        report = Path(os.environ.get("TMPDIR", "/tmp")) / f"hpu_device_compile_child_{os.getpid()}.xml"
-        proc = subprocess.run(
-            [PYTHON, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
-            env=script_env(**{CHILD_VAR: "1", "LIGHTNING_ACCEL_EMULATE": "hpu"}),
-            capture_output=True,
-            text=True,
-            timeout=900,
-            cwd=Path(__file__).parent,
-        )
-        results: dict[str, tuple[str, str]] = {}
-        if report.exists():
-            for case in ET.parse(report).getroot().iter("testcase"):
-                outcome, text = "passed", ""
-                for child in case:
-                    if child.tag in {"failure", "error", "skipped"}:
-                        outcome, text = child.tag, (child.get("message") or "") + "\n" + (child.text or "")
-                results[case.get("name", "")] = (outcome, text)
-            report.unlink()
-        results["<process>"] = (str(proc.returncode), proc.stdout[-4000:] + proc.stderr[-4000:])
-        _child_results = results
-    return _child_results
-
-
-def isolated(test: Callable[..., None]) -> Callable[..., None]:
-    """Run ``test`` in the child process (where the device is installed) and report its outcome here."""
-
-    @functools.wraps(test)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        if IN_CHILD:
-            from lightning_accel.habana._emulator.device import install
-
-            install()
-            torch._dynamo.reset()
-            torch._dynamo.utils.counters.clear()
-            test(*args, **kwargs)
-            return
-        name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].rsplit(" ", 1)[0]
-        results = _run_child()
-        if name not in results:
-            pytest.fail(f"the child pytest process did not run {name}:\n{results['<process>'][1]}")
-        outcome, text = results[name]
-        if outcome == "skipped":
-            pytest.skip(text)
-        if outcome != "passed":
-            pytest.fail(f"{name} failed in the child process:\n{text}", pytrace=False)
-
-    return wrapper
+isolated = isolated_in_child(__file__, CHILD_VAR, timeout=900, before_each=_fresh_dynamo, LIGHTNING_ACCEL_EMULATE="hpu")
 
 
 class _SpyBackend:
