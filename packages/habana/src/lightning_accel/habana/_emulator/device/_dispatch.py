@@ -319,6 +319,7 @@ def _view_plan(func: Any, cross_device: bool) -> Plan:
         if device is None:
             return out
         if type(out) is torch.Tensor:
+            # wrap() inlined: this runs for every view.
             result = _make_wrapper(
                 HPUTensor,
                 out.size(),

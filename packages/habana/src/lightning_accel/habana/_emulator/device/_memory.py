@@ -6,11 +6,11 @@ They come from exact accounting of the backing storages of ``"hpu"`` tensors (``
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
-from ._accounting import allocations
+from ._accounting import AllocationStats, allocations
 from ._devices import backing_of, current_index, index_of
 
 __all__ = ["MemorySnapshot", "memory_snapshot", "reset_peak"]
@@ -19,16 +19,10 @@ Device = int | str | torch.device | None
 
 
 @dataclass(frozen=True)
-class MemorySnapshot:
-    """An emulated HPU's memory counters at one moment, in bytes and counts."""
+class MemorySnapshot(AllocationStats):
+    """An emulated HPU's allocation counters at one moment, with ``limit``, the backing device's memory in bytes."""
 
     limit: int
-    in_use: int
-    max_in_use: int
-    num_allocs: int
-    num_frees: int
-    active_allocs: int
-    max_alloc_size: int
 
 
 def _index(device: Device) -> int:
@@ -65,16 +59,7 @@ def memory_snapshot(device: Device = None) -> MemorySnapshot:
         ValueError: When ``device`` is not an HPU device or index.
     """
     index = _index(device)
-    stats = allocations.stats(index)
-    return MemorySnapshot(
-        limit=_limit(index),
-        in_use=stats.in_use,
-        max_in_use=stats.max_in_use,
-        num_allocs=stats.num_allocs,
-        num_frees=stats.num_frees,
-        active_allocs=stats.active_allocs,
-        max_alloc_size=stats.max_alloc_size,
-    )
+    return MemorySnapshot(**asdict(allocations.stats(index)), limit=_limit(index))
 
 
 def reset_peak(device: Device = None) -> None:

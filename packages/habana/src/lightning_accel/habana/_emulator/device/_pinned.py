@@ -13,6 +13,7 @@ memory, as the emulator's host-device copies are synchronous anyway.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 import torch
@@ -49,8 +50,6 @@ def _forget(key: int, _ref: Any) -> None:
 
 
 def _pin_memory(tensor: torch.Tensor, device: Any = None) -> torch.Tensor:
-    import weakref
-
     if not _for_hpu(device):
         pinned: torch.Tensor = torch.ops.aten._pin_memory.default.redispatch(_ORIGINAL, tensor, device)
         return pinned
