@@ -115,6 +115,9 @@ class Model(BoringModel):
 trainer = L.Trainer(accelerator="testacc", devices=2, max_steps=3, logger=False, enable_progress_bar=False,
                     enable_checkpointing=False, enable_model_summary=False)
 trainer.fit(Model())
+# Gloo's threads can abort the interpreter at exit while the group is alive ("terminate called without an active
+# exception"); end it first, as a script that is done with distributed work should.
+torch.distributed.destroy_process_group()
 """
     out = result_of(python(code))
     assert out == {"same": True, "world": 2, "strategy": "TestDDPStrategy"}

@@ -51,6 +51,8 @@ def main() -> None:
         rank = trainer.global_rank
     with open(os.path.join(out, f"rank{rank}.json"), "w") as handle:
         json.dump(result, handle)
+    # Gloo's threads can abort the interpreter at exit while the group is alive; end it first.
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
