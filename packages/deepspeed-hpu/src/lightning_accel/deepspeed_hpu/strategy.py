@@ -23,6 +23,7 @@ from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.habana import sdk
 from lightning_accel.habana.distributed import HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepAroundEvaluation
 
+from . import _checkpoint_dir
 from . import config as ds_config
 from ._runtime import check_deepspeed_accelerator, prepare_deepspeed_import
 from .inference import InferenceSettings, TensorParallelGroups, split_inference_config
@@ -278,6 +279,35 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
             super().teardown()
         finally:
             del module.cpu
+
+    # --- checkpoints -----------------------------------------------------------------------------------------------
+
+    @override
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], filepath: PathType, storage_options: Any | None = None
+    ) -> None:
+        """Save as Lightning does, into a staging directory that replaces ``filepath`` once every rank has written.
+
+        A process killed at any moment of the save leaves the previous checkpoint (and its ``latest`` tag) loadable;
+        see :mod:`lightning_accel.deepspeed_hpu._checkpoint_dir` for the steps.
+        """
+        target = self.broadcast(filepath)
+        if self.is_global_zero:
+            _checkpoint_dir.remove_leftovers(target)
+        self.barrier("deepspeed_hpu_checkpoint_staging")
+        super().save_checkpoint(checkpoint, _checkpoint_dir.staging_path(target), storage_options)
+        self.barrier("deepspeed_hpu_checkpoint_written")
+        if self.is_global_zero:
+            _checkpoint_dir.swap_in(target)
+        self.barrier("deepspeed_hpu_checkpoint_swapped")
+
+    @override
+    def load_checkpoint(self, checkpoint_path: PathType, weights_only: bool | None = None) -> dict[str, Any]:
+        """Load as Lightning does, after finishing a checkpoint swap that a killed process left half done."""
+        if self.is_global_zero:
+            _checkpoint_dir.recover(checkpoint_path)
+        self.barrier("deepspeed_hpu_checkpoint_recovered")
+        return super().load_checkpoint(checkpoint_path, weights_only)
 
     # --- precision -------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,139 @@
+"""Save a checkpoint, then die by SIGKILL in the middle of overwriting it; or read back what was left.
+
+usage:
+    kill_mid_save.py save STRATEGY CKPT GOOD KILL_AT   # GOOD: where the first checkpoint's weights are recorded,
+                                                       # GOOD.new: the weights the killed save was writing
+    kill_mid_save.py load STRATEGY CKPT OUT            # OUT: where the weights read back from CKPT are written
+
+KILL_AT is ``write:N`` (the N-th ``torch.save`` of the second save writes half of its bytes, then the process is
+killed) or ``rename:N`` / ``replace:N`` (killed just before the N-th ``os.rename`` / ``os.replace`` of that save).
+The script imports only Lightning: the strategy comes from its registered name.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Model(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(16, 4)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.layer(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.cross_entropy(self.layer(x), y))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=0.05)
+
+
+def loader() -> DataLoader:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 16, generator=generator)
+    return DataLoader(TensorDataset(x, (x[:, :4].argmax(dim=1))), batch_size=16)
+
+
+def host_weights(module: LightningModule) -> dict[str, torch.Tensor]:
+    return {name: value.detach().cpu().clone() for name, value in module.state_dict().items()}
+
+
+def die_at(kill_at: str) -> None:
+    """Make the process kill itself at the ``kill_at`` step of what follows."""
+    kind, _, number = kill_at.partition(":")
+    calls = {"count": 0}
+
+    def due() -> bool:
+        calls["count"] += 1
+        return calls["count"] >= int(number)
+
+    def die() -> None:
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if kind == "write":
+        real_save = torch.save
+
+        def torn_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+            if not due():
+                real_save(obj, f, *args, **kwargs)
+                return
+            buffer = io.BytesIO()
+            real_save(obj, buffer, *args, **kwargs)
+            data = buffer.getvalue()
+            handle = open(f, "wb") if isinstance(f, (str, os.PathLike)) else f
+            handle.write(data[: len(data) // 2])
+            handle.flush()
+            die()
+
+        torch.save = torn_save
+    elif kind in ("rename", "replace"):
+        real = getattr(os, kind)
+
+        def dying(*args: Any, **kwargs: Any) -> Any:
+            if due():
+                die()
+            return real(*args, **kwargs)
+
+        setattr(os, kind, dying)
+    else:
+        raise SystemExit(f"KILL_AT={kill_at!r}: expected write:N, rename:N or replace:N")
+
+
+class SaveTwice(Callback):
+    def __init__(self, ckpt: str, good: str, kill_at: str) -> None:
+        self.ckpt, self.good, self.kill_at = ckpt, good, kill_at
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.current_epoch == 0:
+            trainer.save_checkpoint(self.ckpt)
+            if trainer.is_global_zero:
+                torch.save(host_weights(pl_module), self.good)
+            return
+        if trainer.is_global_zero:
+            torch.save(host_weights(pl_module), self.good + ".new")
+        die_at(self.kill_at)
+        trainer.save_checkpoint(self.ckpt)
+        raise SystemExit(f"the second save finished: {self.kill_at} never came")
+
+
+def trainer(strategy: str, **kwargs: Any) -> Trainer:
+    return Trainer(
+        accelerator="hpu",
+        devices=int(os.environ.get("DEVICES", "1")),
+        strategy=strategy,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kwargs,
+    )
+
+
+def main() -> None:
+    mode, strategy, ckpt, out = sys.argv[1:5]
+    torch.manual_seed(0)
+    model = Model()
+    if mode == "save":
+        trainer(strategy, max_epochs=2, callbacks=[SaveTwice(ckpt, out, sys.argv[5])]).fit(model, loader())
+        return
+    loaded = trainer(strategy)
+    loaded.validate(model, loader(), ckpt_path=ckpt, verbose=False)
+    if loaded.is_global_zero:
+        torch.save(host_weights(model), out)
+
+
+if __name__ == "__main__":
+    main()
