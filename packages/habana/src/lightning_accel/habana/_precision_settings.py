@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_map
 
 from lightning_accel.core.errors import ConfigurationError
 
-from . import sdk
+from . import _fp8, sdk
 from ._op_lists import read_operator_list
 
 __all__ = [
@@ -27,11 +27,14 @@ __all__ = [
     "normalize_precision",
 ]
 
-PrecisionLiteral = Literal["bf16-mixed", "16-mixed", "32-true", "bf16-true"]
-PRECISIONS: tuple[str, ...] = ("bf16-mixed", "16-mixed", "32-true", "bf16-true")
+PrecisionLiteral = Literal["bf16-mixed", "16-mixed", "32-true", "bf16-true", "fp8"]
+PRECISIONS: tuple[str, ...] = ("bf16-mixed", "16-mixed", "32-true", "bf16-true", "fp8")
 # Lightning's short spellings, mapped as Lightning maps them (precision=16 is "16-mixed").
 _ALIASES: dict[Any, str] = {16: "16-mixed", "16": "16-mixed", "bf16": "bf16-mixed", 32: "32-true", "32": "32-true"}
-_ACCEPTED = "'bf16-mixed', '16-mixed', '32-true', 'bf16-true' (or Lightning's 16, '16', 'bf16', 32, '32')"
+_ACCEPTED = (
+    "'bf16-mixed', '16-mixed', '32-true', 'bf16-true', 'fp8' (Gaudi2 and later; or Lightning's 16, '16', 'bf16', 32, "
+    "'32')"
+)
 # Lightning's connectors build these from precision=...; they know nothing of HPUs, so the strategies translate them.
 _GENERIC = ("Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision")
 
@@ -121,6 +124,8 @@ class PrecisionSettings:
         sdk._export_autocast_lists(bf16_file_path, fp32_file_path)
         if value == "16-mixed":
             _require_float16()
+        if value == "fp8":
+            _fp8.require_fp8()
         return cls(value, opt_level, False, lower, fp32)
 
     @property
@@ -156,8 +161,8 @@ def _require_float16() -> None:
     # First-generation Gaudi ("GAUDI") has no float16 arithmetic; Gaudi2 and later do.
     if name.upper().split(" ")[0] == "GAUDI":
         raise ConfigurationError(
-            f"precision='16-mixed' needs float16 support, which this HPU ({name}) lacks. Accepted on it: 'bf16-mixed', "
-            "'bf16-true' or '32-true'."
+            f"precision='16-mixed' needs float16 support, which this HPU ({name}) lacks: 'FP16 not supported on Gaudi, "
+            "Gaudi2 or higher required'. Accepted on it: 'bf16-mixed', 'bf16-true' or '32-true'."
         )
 
 
@@ -185,10 +190,63 @@ class HPUPrecisionHooks:
     """
 
     _settings: PrecisionSettings
+    recipe: Any = None
+    replace_layers: bool = False
+    fp8_train_available: bool = False
+    fp8_inference_available: bool = False
+
+    def _init_fp8(self) -> None:
+        # What lightning-habana's plugin reported: fp8 training where the SDK has fp8 (checked by the settings);
+        # fp8 inference needs Intel Neural Compressor's Gaudi build, which this package does not drive.
+        self.recipe = None
+        self.replace_layers = False
+        self.fp8_train_available = self._settings.precision == "fp8"
+        self.fp8_inference_available = False
 
     def forward_context(self) -> AbstractContextManager[Any]:
-        """Per-operator casting for the forward pass and the steps (bfloat16 default dtype for ``"bf16-true"``)."""
+        """Per-operator casting for the forward pass and the steps (bfloat16 default dtype for ``"bf16-true"``).
+
+        With ``"fp8"``: the SDK's ``fp8_autocast(enabled=True, fp8_recipe=...)`` (the recipe given to
+        :meth:`convert_modules`, else the SDK's ``DelayedScaling()``).
+        """
+        if self._settings.precision == "fp8":
+            return _fp8.fp8_autocast(_fp8.make_recipe(self.recipe))
         return self._settings.cast_context()
+
+    def convert_modules(
+        self,
+        module: torch.nn.Module,
+        inference: bool = False,
+        replace_layers: bool = False,
+        recipe: Any = None,
+        quant: bool = True,
+        fp8_data_path: str | None = None,
+    ) -> torch.nn.Module:
+        """Prepare ``module`` for fp8 (lightning-habana's ``convert_modules``).
+
+        Args:
+            module: The model.
+            inference: ``False``: fp8 training with the SDK's Transformer Engine. ``True`` (fp8 inference through
+                Intel Neural Compressor) is refused: see the error.
+            replace_layers: Swap each ``torch.nn.Linear`` for the SDK's ``transformer_engine.Linear`` (weights
+                copied). A model that already holds Transformer Engine layers is left as it is.
+            recipe: The scaling recipe for the steps: a ``transformer_engine.recipe.DelayedScaling``, a dict of its
+                arguments, or ``None`` for the SDK's default.
+            quant: fp8 inference only (quantize, or measure).
+            fp8_data_path: fp8 inference only (where measurements go).
+
+        Returns:
+            ``module``, converted in place.
+
+        Raises:
+            ConfigurationError: When the precision is not ``"fp8"``, for ``inference=True``, a bad ``recipe``, or
+                inference-only arguments given for training.
+        """
+        self.recipe = _fp8.convert_modules(
+            self._settings.precision, module, inference, replace_layers, recipe, quant, fp8_data_path
+        )
+        self.replace_layers = bool(replace_layers)
+        return module
 
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """bfloat16 weights for ``"bf16-true"``; the module unchanged otherwise."""

@@ -87,6 +87,13 @@ class HPUAccelerator(Accelerator):
         return _devices.hpu_available()
 
     @staticmethod
+    def is_fp8_available() -> tuple[bool, str]:
+        """The SDK's ``transformer_engine.fp8.is_fp8_available()``: ``(True, "")`` from Gaudi2 on, else the reason."""
+        from ._fp8 import fp8_status
+
+        return fp8_status()
+
+    @staticmethod
     def is_lazy() -> bool:
         """Whether the SDK runs in lazy mode (``PT_HPU_LAZY_MODE=1``); eager is the SDK's default since 1.21."""
         return _devices.is_lazy()

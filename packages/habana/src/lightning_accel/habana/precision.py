@@ -29,6 +29,11 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
     widest dtype of their inputs, and everything else on its inputs as they are. Weights, gradients and optimizer steps
     stay in float32; the step runs with autocast switched off.
 
+    With ``"fp8"`` (Gaudi2 and later), the steps run inside the SDK's Transformer Engine ``fp8_autocast``:
+    :meth:`convert_modules` with ``replace_layers=True`` swaps the model's ``torch.nn.Linear`` layers for
+    ``transformer_engine.Linear`` layers, whose matrix products take fp8 operands scaled by delayed scaling
+    (``recipe``); everything else runs in float32. On a Gaudi without fp8 the constructor fails with the SDK's reason.
+
     The SDK reads its lists once, when it loads (in eager mode, the default, at ``import torch``), from the files
     named by ``PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST`` and ``PT_HPU_AUTOCAST_FP32_OPS_LIST``. ``bf16_file_path``
     and ``fp32_file_path`` set those variables when the plugin is built before the SDK has loaded (lazy mode, or
@@ -37,7 +42,8 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
 
     Args:
         precision: ``"bf16-mixed"``, ``"16-mixed"`` (Gaudi2 and later), ``"32-true"`` or ``"bf16-true"``
-            (bfloat16 weights); Lightning's ``16``, ``"bf16"`` and ``32`` map as Lightning maps them.
+            (bfloat16 weights), ``"fp8"`` (Gaudi2 and later; see :meth:`convert_modules`); Lightning's ``16``,
+            ``"bf16"`` and ``32`` map as Lightning maps them.
         opt_level: Only ``"O1"``, the SDK autocast's behaviour (kept for the seeds' signature).
         verbose: Only ``False``: the SDK's autocast does not report its decisions.
         bf16_file_path: Text file naming the lower-precision ATen operators, one per line (it replaces the SDK's
@@ -56,6 +62,9 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         >>> from lightning_accel.habana import HPUPrecisionPlugin
         >>> plugin = HPUPrecisionPlugin("bf16-mixed", bf16_file_path="ops_bf16.txt")  # doctest: +SKIP
         >>> trainer = Trainer(accelerator="hpu", devices=1, plugins=[plugin])  # doctest: +SKIP
+        >>> fp8 = HPUPrecisionPlugin("fp8")  # doctest: +SKIP
+        >>> model = fp8.convert_modules(model, replace_layers=True)  # doctest: +SKIP
+        >>> trainer = Trainer(accelerator="hpu", devices=1, plugins=[fp8])  # doctest: +SKIP
     """
 
     def __init__(
@@ -74,6 +83,7 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
             )
         self._settings = PrecisionSettings.create(precision, opt_level, verbose, bf16_file_path, fp32_file_path)
         self.precision = self._settings.precision  # type: ignore[assignment]
+        self._init_fp8()
         self.opt_level = opt_level
         self.verbose = verbose
         self.bf16_file_path = bf16_file_path

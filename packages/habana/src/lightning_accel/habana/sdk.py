@@ -64,6 +64,7 @@ __all__ = [
     "profiler_activities",
     "require",
     "to_device",
+    "transformer_engine_module",
 ]
 
 DEVICE_TYPE = "hpu"
@@ -134,6 +135,11 @@ def hpu_module() -> ModuleType:
 def hccl_module() -> ModuleType:
     """``habana_frameworks.torch.distributed.hccl``; importing it registers the ``"hccl"`` backend."""
     return _module("distributed.hccl")
+
+
+def transformer_engine_module() -> ModuleType:
+    """``habana_frameworks.torch.hpex.experimental.transformer_engine``: ``Linear``, ``fp8_autocast``, ``recipe``."""
+    return _module("hpex.experimental.transformer_engine")
 
 
 def autocast(dtype: torch.dtype) -> AbstractContextManager[Any]:

@@ -15,6 +15,7 @@ SDK module                                Emulator module
 ``...utils.internal`` / ``.experimental``  ``lightning_accel.habana._emulator.utils.internal`` / ``.experimental``
 ``...core.step_closure``                  ``lightning_accel.habana._emulator.core.step_closure``
 ``...hpex``                               ``lightning_accel.habana._emulator.hpex``
+``...experimental.transformer_engine``    ``..._emulator.hpex.experimental.transformer_engine``
 ``...dynamo.compile_backend``             ``lightning_accel.habana._emulator.dynamo.compile_backend``
 ========================================  ==============================================
 
@@ -28,8 +29,10 @@ Loading it makes ``"hpu"`` a torch device (``device``): tensors made with ``devi
 and their data lives on the backing device chosen by ``LIGHTNING_ACCEL_EMULATE_BACKEND`` (``cpu`` or ``cuda``).
 """
 
-from . import autocast, core, custom_ops, device, dynamo, hpex, hpu, utils
+from . import _generation, autocast, core, custom_ops, device, dynamo, hpex, hpu, utils
 
+# The generation is read once, as the SDK learns it from the card when it loads; a bad value fails the load.
+_generation.load_generation()
 # As the SDK's import registers its device with torch, loading the emulated SDK makes "hpu" a torch device
 # and defines the SDK's own operators (torch.ops.hpu.*).
 device.install()

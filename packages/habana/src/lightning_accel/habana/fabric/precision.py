@@ -37,6 +37,7 @@ class HPUPrecision(HPUPrecisionHooks, Precision):
     ) -> None:
         self._settings = PrecisionSettings.create(precision, opt_level, verbose, bf16_file_path, fp32_file_path)
         self.precision = self._settings.precision  # type: ignore[assignment]
+        self._init_fp8()
         self.opt_level = opt_level
         self.verbose = verbose
 

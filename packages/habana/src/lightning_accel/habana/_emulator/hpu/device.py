@@ -7,6 +7,7 @@ import os
 import torch
 
 from .._backing import backing_type, emulated_device_count
+from .._generation import device_name
 
 __all__ = [
     "HABANA_VISIBLE_MODULES_VAR",
@@ -25,7 +26,6 @@ __all__ = [
 HABANA_VISIBLE_MODULES_VAR = "HABANA_VISIBLE_MODULES"
 HLS_MODULE_ID_VAR = "HLS_MODULE_ID"
 
-_DEVICE_NAME = "GAUDI2 (emulated)"
 _current = 0
 
 
@@ -66,10 +66,10 @@ def device_count() -> int:
 
 
 def get_device_name(device: int | str | torch.device | None = None) -> str:
-    """The device name; the emulator reports ``"GAUDI2 (emulated)"``."""
+    """The emulated generation's name (``LIGHTNING_ACCEL_EMULATE_HPU_TYPE``), e.g. ``"GAUDI2 (emulated)"``."""
     if device is not None:
         _check_index(_index_of(device), "device")
-    return _DEVICE_NAME
+    return device_name()
 
 
 def current_device() -> int:

@@ -1,12 +1,15 @@
 """Emulation of ``habana_frameworks.torch.utils.experimental``: what the device generation supports.
 
-DeepSpeed's HPU accelerator asks ``_is_fp16_supported()`` before it offers float16. The emulator reports a Gaudi2
-(``hpu.get_device_name()``), which supports float16; first-generation Gaudi does not.
+DeepSpeed's HPU accelerator asks ``_is_fp16_supported()`` before it offers float16. The emulated generation is the
+one ``LIGHTNING_ACCEL_EMULATE_HPU_TYPE`` names (a Gaudi2 by default; see ``_generation``); first-generation Gaudi has
+no float16.
 """
 
 from __future__ import annotations
 
 from enum import Enum
+
+from .._generation import GENERATIONS, generation
 
 __all__ = ["_get_device_type", "_is_fp16_supported", "synDeviceType"]
 
@@ -20,8 +23,8 @@ class synDeviceType(Enum):
 
 
 def _get_device_type() -> synDeviceType:
-    """The generation of the emulated device: Gaudi2."""
-    return synDeviceType.synDeviceGaudi2
+    """The generation of the emulated device (``LIGHTNING_ACCEL_EMULATE_HPU_TYPE``, read at SDK load)."""
+    return synDeviceType(GENERATIONS[generation()][1])
 
 
 def _is_fp16_supported() -> bool:

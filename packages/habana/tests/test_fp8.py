@@ -1,0 +1,286 @@
+"""fp8 training on HPUs: the SDK's Transformer Engine under the precision plugins, its numerics, Gaudi generations.
+
+``HPUPrecisionPlugin("fp8").convert_modules(model, replace_layers=True)`` swaps ``torch.nn.Linear`` for the SDK's
+``transformer_engine.Linear``; the steps run under its ``fp8_autocast`` with a ``DelayedScaling`` recipe. The tests
+read the layers' state through the SDK's own names (``fp8_meta["scaling_fwd"].scale``, ``.amax_history``), so they
+hold for the SDK as for its emulator. The generation is read when the SDK loads, so tests for another generation
+start a child process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import subprocess
+import textwrap
+from typing import Any
+
+import pytest
+import torch
+from _habana_helpers import PYTHON, digits_classifier, digits_loaders, script_env
+from lightning.fabric import Fabric
+from lightning.pytorch import Trainer
+
+from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.habana import HPUAccelerator, HPUPrecisionPlugin, sdk
+from lightning_accel.habana.fabric import HPUPrecision
+
+GENERATION_VAR = "LIGHTNING_ACCEL_EMULATE_HPU_TYPE"
+FP8_REASON = "FP8 not supported on Gaudi, Gaudi2 or higher required"
+
+
+@pytest.fixture
+def te() -> Any:
+    return sdk.transformer_engine_module()
+
+
+def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.detach().float() - ref.float()).norm() / ref.float().norm())
+
+
+def _trainer(**kwargs: Any) -> Trainer:
+    return Trainer(
+        accelerator="hpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kwargs,
+    )
+
+
+def test_fit_in_fp8_replaces_the_linear_layers_and_reaches_a_real_accuracy(te: Any) -> None:
+    torch.manual_seed(0)
+    model = digits_classifier()
+    original = copy.deepcopy(model)
+    plugin = HPUPrecisionPlugin("fp8")
+    assert plugin.fp8_train_available
+
+    assert plugin.convert_modules(model, replace_layers=True) is model
+    layers = [m for m in model.modules() if isinstance(m, te.Linear)]
+    assert len(layers) == 2
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+    # The weights came along: outside fp8_autocast a Transformer Engine layer is a plain linear layer.
+    x = torch.rand(8, 64)
+    torch.testing.assert_close(model(x), original(x))
+
+    train, val = digits_loaders()
+    trainer = _trainer(max_epochs=4, plugins=[plugin])
+    trainer.fit(model, train, val)
+    assert float(trainer.callback_metrics["val_acc"]) > 0.9
+    # The layers trained in fp8: their scales moved off 1 from the amaxes they recorded.
+    for layer in layers:
+        assert bool((layer.fp8_meta["scaling_fwd"].scale != 1).all())
+        assert bool((layer.fp8_meta["scaling_bwd"].scale != 1).all())
+
+
+def _outputs(plugin: HPUPrecisionPlugin, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with plugin.forward_context():
+        model(x)  # a first training forward records the amaxes the next one scales with
+        return model(x)
+
+
+@pytest.mark.parametrize(("fp8_format", "low", "high"), [("HYBRID", 0.01, 0.06), ("E5M2", 0.03, 0.12)])
+def test_fp8_forward_differs_from_fp32_by_fp8_rounding_not_bf16s(
+    te: Any, fp8_format: str, low: float, high: float
+) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to("hpu")
+    x = torch.randn(512, 256, device="hpu")
+    reference = model(x).detach()
+
+    bf16 = _outputs(HPUPrecisionPlugin("bf16-mixed"), model, x)
+    fp8_plugin = HPUPrecisionPlugin("fp8")
+    converted = fp8_plugin.convert_modules(
+        copy.deepcopy(model), replace_layers=True, recipe={"fp8_format": te.recipe.Format[fp8_format]}
+    )
+    fp8 = _outputs(fp8_plugin, converted, x)
+
+    fp8_error, bf16_error = _relative_error(fp8, reference), _relative_error(bf16, reference)
+    # E4M3 keeps 3 mantissa bits, E5M2 2, bfloat16 7: the errors are fp8's, an order of magnitude above bf16's.
+    assert low < fp8_error < high
+    assert bf16_error < fp8_error / 8
+    assert fp8.dtype == torch.float32
+
+
+def test_delayed_scaling_keeps_an_amax_history_and_updates_the_scale_after_each_step(te: Any) -> None:
+    recipe = te.recipe.DelayedScaling(
+        fp8_format=te.recipe.Format.HYBRID, amax_history_len=3, amax_compute_algo="max", margin=1
+    )
+    layer = te.Linear(16, 4, bias=False)
+    with torch.no_grad():
+        layer.weight.fill_(0.5)
+    peaks = [3.0, 7.0, 2.0, 1.0]
+    seen_scales = []
+    for step, peak in enumerate(peaks):
+        x = torch.zeros(4, 16, device="hpu")
+        x[0, 0] = peak
+        with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+            out = layer(x)
+        out.sum().backward()
+        meta = layer.fp8_meta["scaling_fwd"]
+        seen_scales.append(float(meta.scale[0]))
+        # The amax of this step went to its row of the circular history (input column 0, weight column 1).
+        assert float(meta.amax_history[step % 3, 0]) == peak
+        assert float(meta.amax_history[step % 3, 1]) == 0.5
+
+    def scale(amax: float) -> float:  # the SDK's: a power of two, fp8_max = 240 for E4M3, minus the margin
+        return 2.0 ** (math.floor(math.log2(240.0 / amax)) - 1)
+
+    # Step 1 ran with the initial scale; each later step with the largest amax of the steps before it.
+    assert seen_scales == [1.0, scale(3.0), scale(7.0), scale(7.0)]
+    history = layer.fp8_meta["scaling_fwd"].amax_history
+    assert sorted(history[:, 0].tolist()) == [1.0, 2.0, 7.0]  # step 1's 3.0 fell out of the three-step window
+    # The output gradient is all ones: the backward scale is E5M2's, from the backward before.
+    assert float(layer.fp8_meta["scaling_bwd"].scale[0]) == 2.0 ** (math.floor(math.log2(57344.0)) - 1)
+
+
+def test_most_recent_follows_the_last_step_only(te: Any) -> None:
+    recipe = te.recipe.DelayedScaling(fp8_format=te.recipe.Format.HYBRID, amax_history_len=2)
+    layer = te.Linear(8, 2, bias=False)
+    for peak in (8.0, 0.5, 1.0):
+        with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+            layer(torch.full((2, 8), peak, device="hpu")).sum().backward()
+    assert float(layer.fp8_meta["scaling_fwd"].scale[0]) == 2.0 ** math.floor(math.log2(240.0 / 0.5))
+
+
+def test_evaluation_forward_uses_the_scales_and_records_nothing(te: Any) -> None:
+    layer = te.Linear(8, 2)
+    recipe = te.recipe.DelayedScaling(fp8_format=te.recipe.Format.HYBRID)
+    with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+        layer(torch.full((2, 8), 4.0, device="hpu"))
+        history = layer.fp8_meta["scaling_fwd"].amax_history.clone()
+        layer.eval()
+        layer(torch.full((2, 8), 100.0, device="hpu"))
+    torch.testing.assert_close(layer.fp8_meta["scaling_fwd"].amax_history, history)
+
+
+def test_fp8_scales_survive_a_state_dict_round_trip(te: Any) -> None:
+    recipe = te.recipe.DelayedScaling(fp8_format=te.recipe.Format.HYBRID, amax_history_len=2)
+    layer = te.Linear(8, 2)
+    for _ in range(3):
+        with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+            layer(torch.randn(4, 8, device="hpu") * 10).sum().backward()
+    fresh = te.Linear(8, 2)
+    fresh.load_state_dict(layer.state_dict())
+    for key in ("scaling_fwd", "scaling_bwd", "scaling_hybrid"):
+        torch.testing.assert_close(fresh.fp8_meta[key].scale, layer.fp8_meta[key].scale)
+        torch.testing.assert_close(fresh.fp8_meta[key].amax_history, layer.fp8_meta[key].amax_history)
+
+
+def test_fabric_trains_in_fp8(te: Any) -> None:
+    torch.manual_seed(0)
+    fabric = Fabric(accelerator="hpu", devices=1, plugins=[HPUPrecision("fp8")])
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    fabric._precision.convert_modules(model, replace_layers=True, recipe=te.recipe.DelayedScaling(amax_history_len=4))
+    assert sum(isinstance(m, te.Linear) for m in model.modules()) == 2
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model, optimizer = fabric.setup(model, optimizer)
+    train, val = fabric.setup_dataloaders(*digits_loaders())
+    for _ in range(4):
+        for x, y in train:
+            optimizer.zero_grad()
+            fabric.backward(torch.nn.functional.cross_entropy(model(x), y))
+            optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        correct = sum(int((model(x).argmax(dim=1) == y).sum()) for x, y in val)
+    assert correct / len(val.dataset) > 0.9
+    layer = next(m for m in model.modules() if isinstance(m, te.Linear))
+    assert layer.fp8_meta["recipe"].amax_history_len == 4
+
+
+def test_the_sdk_says_fp8_is_available_on_the_default_gaudi2() -> None:
+    assert HPUAccelerator.is_fp8_available() == (True, "")
+    assert HPUAccelerator.get_device_name() == "GAUDI2 (emulated)"
+
+
+def test_bad_convert_modules_arguments_are_clear_errors(te: Any) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(ConfigurationError, match=r"precision is 'bf16-mixed'.*precision='fp8'"):
+        HPUPrecisionPlugin("bf16-mixed").convert_modules(model, replace_layers=True)
+    plugin = HPUPrecisionPlugin("fp8")
+    with pytest.raises(ConfigurationError, match=r"inference=True.*Intel Neural Compressor.*inference=False"):
+        plugin.convert_modules(model, inference=True)
+    with pytest.raises(ConfigurationError, match=r"recipe='hybrid' is not an fp8 recipe.*DelayedScaling"):
+        plugin.convert_modules(model, recipe="hybrid")
+    with pytest.raises(ConfigurationError, match=r"recipe=\{'fp8_format'.*Only E5M2 and HYBRID training"):
+        plugin.convert_modules(model, recipe={"fp8_format": te.recipe.Format.E4M3})
+    with pytest.raises(ConfigurationError, match=r"recipe=\{'amax_history_len': 0\}.*integer >= 1"):
+        plugin.convert_modules(model, recipe={"amax_history_len": 0})
+    with pytest.raises(ConfigurationError, match=r"quant=False, fp8_data_path=None.*fp8 inference"):
+        plugin.convert_modules(model, quant=False)
+    with pytest.raises(ConfigurationError, match=r"module=.*torch.nn.Module"):
+        plugin.convert_modules("model", replace_layers=True)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"precision='fp9' is not supported on HPUs.*'fp8'"):
+        HPUPrecisionPlugin("fp9")
+    with pytest.raises(ConfigurationError, match=r"bf16_file_path / fp32_file_path were given with precision='fp8'"):
+        HPUPrecision("fp8", bf16_file_path="ops.txt")
+    assert type(model[0]) is torch.nn.Linear  # nothing was converted by a refused call
+
+
+_GENERATION_PROBE = textwrap.dedent(
+    """
+    import json
+    from lightning_accel.core.errors import ConfigurationError
+    from lightning_accel.habana import HPUAccelerator, HPUPrecisionPlugin
+    from lightning_accel.habana.fabric import HPUPrecision
+
+    refusals = {}
+    for name, build in [
+        ("trainer fp8", lambda: HPUPrecisionPlugin("fp8")),
+        ("trainer 16-mixed", lambda: HPUPrecisionPlugin("16-mixed")),
+        ("fabric fp8", lambda: HPUPrecision("fp8")),
+    ]:
+        try:
+            build()
+            refusals[name] = None
+        except ConfigurationError as exc:
+            refusals[name] = str(exc)
+    print(json.dumps({
+        "name": HPUAccelerator.get_device_name(),
+        "fp8": list(HPUAccelerator.is_fp8_available()),
+        "refusals": refusals,
+    }))
+    """
+)
+
+
+def _probe_generation(value: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-c", _GENERATION_PROBE],
+        env=script_env(**{GENERATION_VAR: value}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_first_generation_gaudi_refuses_fp8_and_16_mixed_with_the_sdks_reason() -> None:
+    result = _probe_generation("gaudi")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["name"] == "GAUDI (emulated)"
+    assert report["fp8"] == [False, FP8_REASON]
+    refusals = report["refusals"]
+    for name in ("trainer fp8", "fabric fp8"):
+        assert "precision='fp8' is not available on this HPU (GAUDI (emulated))" in refusals[name]
+        assert FP8_REASON in refusals[name]
+    assert "FP16 not supported on Gaudi, Gaudi2 or higher required" in refusals["trainer 16-mixed"]
+
+
+@pytest.mark.slow
+def test_gaudi3_has_fp8_and_a_bad_generation_is_a_clear_error() -> None:
+    result = _probe_generation("Gaudi3")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["name"] == "GAUDI3 (emulated)"
+    assert report["fp8"] == [True, ""]
+    assert report["refusals"] == {"trainer fp8": None, "trainer 16-mixed": None, "fabric fp8": None}
+
+    bad = _probe_generation("gaudi5")
+    assert bad.returncode != 0
+    assert f"{GENERATION_VAR}='gaudi5' names no Gaudi generation. Accepted: 'gaudi', 'gaudi2', 'gaudi3'" in bad.stderr
