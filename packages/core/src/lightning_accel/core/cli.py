@@ -1,4 +1,4 @@
-"""The ``lightning-accel`` command: ``list`` the installed plugins, print the ``env`` for bug reports.
+"""The ``lightning-accel`` command: ``list`` the installed plugins, print the ``env``, run the ``selftest``.
 
 Example:
     .. code-block:: console
@@ -7,6 +7,7 @@ Example:
         habana (lightning-accel-habana 0.1.0)
           accelerator hpu: emulated: ...
         $ lightning-accel env --json
+        $ lightning-accel selftest --hpu --json
 """
 
 from __future__ import annotations
@@ -140,6 +141,31 @@ def _print_env(report: dict[str, Any]) -> None:
     print(f"emulation: {report['emulation']}")
 
 
+def _selftest(args: argparse.Namespace) -> int:
+    # Imported here: `list` and `env` must not pay for it.
+    from lightning_accel.core.selftest import plan_checks, run_selftest
+    from lightning_accel.core.selftest.display import ProgressDisplay, default_streams, format_summary
+
+    device_types = [name for name in ("hpu", "ipu") if getattr(args, name)] or None
+    try:
+        planned = plan_checks(device_types)
+    except ConfigurationError as exc:
+        print(f"lightning-accel selftest: {exc}", file=sys.stderr)
+        return 2
+    results_to, bar_to = default_streams(args.json)
+    report = run_selftest(device_types, progress=ProgressDisplay(len(planned), results_to, bar_to))
+    if args.json:
+        payload = {
+            "summary": report.summary(),
+            "checks": [result.as_dict() for result in report.results],
+            "env": environment_report(),
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        print(format_summary(report))
+    return 1 if report.failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = argparse.ArgumentParser(prog="lightning-accel", description="lightning-accel plugins and environment")
@@ -151,7 +177,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--json", action="store_true", help="print JSON")
+    selftest = commands.add_parser(
+        "selftest", help="train small models on the devices present and report each check (exit 1 if one fails)"
+    )
+    selftest.add_argument("--hpu", action="store_true", help="only the Gaudi (HPU) checks")
+    selftest.add_argument("--ipu", action="store_true", help="only the Graphcore (IPU) checks")
+    selftest.add_argument("--json", action="store_true", help="print the report as JSON, with `env --json` inside")
     args = parser.parse_args(argv)
+    if args.command == "selftest":
+        return _selftest(args)
     if args.command == "list":
         plugins = plugin_report()
         print(json.dumps({"plugins": plugins}, indent=2)) if args.json else _print_list(plugins)

@@ -140,6 +140,9 @@ class PluginSpec:
         lightning: The Lightning versions the plugin supports, a PEP 440 specifier such as ``">=2.6,<2.7"``; empty
             means every version the core supports. A plugin whose range excludes the installed Lightning is not
             registered, with a warning naming the plugin, the installed version and the range.
+        selftest: ``"module:attribute"`` naming a sequence of :class:`lightning_accel.core.selftest.Check` that
+            ``lightning-accel selftest`` runs for this plugin; empty for none. The module must be as cheap to import
+            as the spec itself (the checks name their functions by import path too).
     """
 
     name: str
@@ -151,6 +154,7 @@ class PluginSpec:
     precision: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     supports_pytorch_lightning: bool = True
     lightning: str = ""
+    selftest: str = ""
 
     def __post_init__(self) -> None:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
