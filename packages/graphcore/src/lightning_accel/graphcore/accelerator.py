@@ -11,6 +11,7 @@ from typing_extensions import override
 from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
+from ._replication import AutoDeviceCount, AutoDevices
 from .availability import availability
 
 __all__ = ["IPUAccelerator"]
@@ -83,7 +84,8 @@ class IPUAccelerator(Accelerator):
             )
         available = sdk.available_ipus()
         if count == -1:
-            return IPUAccelerator.auto_device_count()
+            # devices=-1 asks for every IPU: an explicit count, unlike "auto".
+            return int(IPUAccelerator.auto_device_count())
         if count < 1 or count & (count - 1):
             raise ConfigurationError(
                 f"Trainer(devices={count}) is not accepted with accelerator='ipu': IPUs are reserved in powers of two. "
@@ -101,17 +103,26 @@ class IPUAccelerator(Accelerator):
     @staticmethod
     @override
     def get_parallel_devices(devices: int) -> list[torch.device]:
-        """One ``ipu`` device per replica (the strategy computes on the host device that feeds poptorch)."""
-        return [torch.device("ipu", index) for index in range(devices)]
+        """One ``ipu`` device per replica (the strategy computes on the host device that feeds poptorch).
+
+        For the count Lightning chose itself (``devices`` not given) the list is marked, so that the strategy can
+        take the replication factor of the user's ``poptorch.Options`` instead.
+        """
+        found = [torch.device("ipu", index) for index in range(devices)]
+        return AutoDevices(found) if isinstance(devices, AutoDeviceCount) else found
 
     @staticmethod
     @override
     def auto_device_count() -> int:
-        """The largest power of two of IPUs this process can reserve (0 when IPUs are unavailable)."""
+        """The largest power of two of IPUs this process can reserve (0 when IPUs are unavailable).
+
+        Lightning calls it for ``devices="auto"``; the count is marked as chosen automatically (see
+        :func:`get_parallel_devices`).
+        """
         if not IPUAccelerator.is_available():
-            return 0
+            return AutoDeviceCount(0)
         available = min(sdk.available_ipus(), _MAX_IPUS)
-        return 1 << (available.bit_length() - 1) if available else 0
+        return AutoDeviceCount(1 << (available.bit_length() - 1) if available else 0)
 
     @staticmethod
     @override

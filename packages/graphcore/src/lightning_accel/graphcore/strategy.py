@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import GradientAccumulationScheduler
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import ParallelStrategy
 from lightning.pytorch.trainer.states import RunningStage, TrainerFn
@@ -23,6 +24,7 @@ from lightning_accel.core.errors import ConfigurationError
 from . import sdk
 from ._dataloaders import to_poptorch_loader
 from ._device_options import device_optimizer, resolve_options, sync_hyperparameters
+from ._replication import AutoDevices, replication_from_options, trim_automatic_devices
 from ._step_module import StepModule
 from .accelerator import IPUAccelerator
 from .precision import IPUPrecision, normalize_precision
@@ -137,6 +139,8 @@ class IPUStrategy(ParallelStrategy):
                 )
         if device is not None and parallel_devices is None:
             parallel_devices = [device]
+        self._options_replicas = replication_from_options(training_opts, inference_opts)
+        self._automatic_devices = False
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -156,6 +160,7 @@ class IPUStrategy(ParallelStrategy):
         self._device_optimizer: Any = None
         self._saved_engine_options: str | None = None
         self._accumulation = 1
+        self._scheduled_accumulation = False
         self._trainer: Trainer | None = None
 
     # -- registry ----------------------------------------------------------------------------------------------
@@ -180,8 +185,28 @@ class IPUStrategy(ParallelStrategy):
 
     @property
     def replication_factor(self) -> int:
-        """Number of data-parallel replicas (``Trainer(devices=...)``)."""
+        """Number of data-parallel replicas: ``Trainer(devices=...)``, else the user's options' replication factor.
+
+        Known before the strategy is attached to a Trainer (from the options passed to it).
+        """
+        if self.parallel_devices and not self._automatic_devices:
+            return len(self.parallel_devices)
+        if self._options_replicas is not None:
+            return self._options_replicas
         return len(self.parallel_devices) if self.parallel_devices else 1
+
+    @property
+    @override
+    def parallel_devices(self) -> list[torch.device] | None:
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, parallel_devices: list[torch.device] | None) -> None:
+        # Lightning chose these devices itself (devices not given): the options' replication factor decides.
+        self._automatic_devices = isinstance(parallel_devices, AutoDevices)
+        if parallel_devices is not None and self._automatic_devices and self._options_replicas is not None:
+            parallel_devices = AutoDevices(trim_automatic_devices(parallel_devices, self._options_replicas))
+        self._parallel_devices = parallel_devices
 
     @property
     def distributed_sampler_kwargs(self) -> None:  # type: ignore[override]
@@ -275,6 +300,36 @@ class IPUStrategy(ParallelStrategy):
                 "supported on IPUs. Use gradient_clip_algorithm='norm' (applied on the device to every weight update)."
             )
 
+    def _compiled_accumulation(self, trainer: Trainer) -> int:
+        """The accumulation compiled into the training model: the Trainer's, or a constant schedule's.
+
+        poptorch compiles ``Training.gradientAccumulation`` into the model (and the dataloader's combined batch), so a
+        schedule that changes it between epochs cannot be followed.
+
+        Raises:
+            ConfigurationError: For a ``GradientAccumulationScheduler`` whose factor changes, or one combined with
+                ``Trainer(accumulate_grad_batches=...)``.
+        """
+        schedulers = [c for c in trainer.callbacks if isinstance(c, GradientAccumulationScheduler)]  # type: ignore[attr-defined]
+        self._scheduled_accumulation = bool(schedulers)
+        if not schedulers:
+            return int(trainer.accumulate_grad_batches)
+        scheduling = dict(sorted(schedulers[0].scheduling.items()))
+        if trainer.accumulate_grad_batches != 1:
+            raise ConfigurationError(
+                f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) and a "
+                f"GradientAccumulationScheduler({scheduling}) both set the accumulation. Remove one of them."
+            )
+        factors = {schedulers[0].get_accumulate_grad_batches(epoch) for epoch in [0, *scheduling]}
+        if len(factors) != 1:
+            raise ConfigurationError(
+                f"GradientAccumulationScheduler(scheduling={scheduling}) changes accumulate_grad_batches between "
+                "epochs, which IPUs cannot follow: poptorch compiles Training.gradientAccumulation into the training "
+                "model and the dataloader's batch. Use one factor for the whole run (GradientAccumulationScheduler({0: "
+                "N}) or Trainer(accumulate_grad_batches=N)), or run each phase as a fit resumed from a checkpoint."
+            )
+        return int(factors.pop())
+
     def _options(self, trainer: Trainer, training: bool) -> Any:
         if training not in self._resolved_opts:
             seed = os.environ.get("PL_GLOBAL_SEED")
@@ -313,7 +368,7 @@ class IPUStrategy(ParallelStrategy):
         if trainer.state.fn == TrainerFn.FITTING:
             # The device accumulates inside every host call, so for Lightning each call is one whole step: its
             # counters (global_step, scheduler steps, estimated_stepping_batches) then count host calls.
-            self._accumulation = trainer.accumulate_grad_batches
+            self._accumulation = self._compiled_accumulation(trainer)
             self._trainer = trainer
             trainer.accumulate_grad_batches = 1
         self._resolved_opts.clear()
@@ -496,8 +551,24 @@ class IPUStrategy(ParallelStrategy):
         batch = super().batch_to_device(batch, device, dataloader_idx)
         return self.precision_plugin.convert_input(batch)
 
+    def _check_accumulation_unchanged(self) -> None:
+        trainer = self._trainer
+        if trainer is None or trainer.accumulate_grad_batches == 1:
+            return
+        if self._scheduled_accumulation and trainer.accumulate_grad_batches == self._accumulation:
+            # The constant schedule re-sets the factor every epoch; the device already accumulates it.
+            trainer.accumulate_grad_batches = 1
+            return
+        raise ConfigurationError(
+            f"accumulate_grad_batches was changed to {trainer.accumulate_grad_batches} during fit, after the IPU "
+            f"training model was compiled with Training.gradientAccumulation({self._accumulation}). poptorch compiles "
+            "the accumulation into the model and the dataloader's batch, so it cannot change during a run: set it "
+            "once, with Trainer(accumulate_grad_batches=N) or GradientAccumulationScheduler({0: N})."
+        )
+
     @override
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self._check_accumulation_unchanged()
         # Learning-rate schedulers change the host optimizer: hand its hyper-parameters to the device every step.
         executor = self.poptorch_models.get(RunningStage.TRAINING)
         if executor is not None and self._device_optimizer is not None:
