@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import nox
+
+sys.path.insert(0, str(Path(__file__).parent / "tools"))
+# tools/ is not a package; the sessions' vendor-machine decisions live there, importable by the tests.
+import vendor_sdk
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "venv"
@@ -87,18 +92,33 @@ def core_tests_lightning23(session: nox.Session) -> None:
     )
 
 
-@nox.session(python=PYTHON)
+# On a Gaudi / IPU machine these sessions run on the SDK's own interpreter and torch (tools/vendor_sdk.py decides, once,
+# when nox reads this file); elsewhere on the emulator.
+HPU_PLAN = vendor_sdk.plan_session("hpu")
+IPU_PLAN = vendor_sdk.plan_session("ipu")
+
+
+def vendor_tests(session: nox.Session, plan: vendor_sdk.SessionPlan, package: str) -> None:
+    session.log(plan.reason)
+    constraints = session.create_tmp() + "/constraints.txt"
+    Path(constraints).write_text("\n".join(plan.constraints) + "\n")
+    requirements = [plan.lightning or LIGHTNING, *TEST_TOOLS, "-e", PACKAGES["core"], "-e", PACKAGES[package]]
+    for command in plan.install_commands(*requirements):
+        session.install(*(arg.format(constraints=constraints) for arg in command))
+    for env in plan.runs:
+        session.run("pytest", f"{PACKAGES[package]}/tests", *session.posargs, env=env)
+
+
+@nox.session(python=HPU_PLAN.python, venv_params=list(HPU_PLAN.venv_params))
 def hpu_tests(session: nox.Session) -> None:
-    """Gaudi package: on real Gaudi when present, otherwise on the HPU emulator."""
-    install_base(session, "habana")
-    pytest(session, "packages/habana/tests")
+    """Gaudi package: on real Gaudi when present (both PT_HPU_LAZY_MODE values), otherwise on the HPU emulator."""
+    vendor_tests(session, HPU_PLAN, "habana")
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=IPU_PLAN.python, venv_params=list(IPU_PLAN.venv_params))
 def ipu_tests(session: nox.Session) -> None:
     """Graphcore package: on real IPUs when present, otherwise on the poptorch emulator."""
-    install_base(session, "graphcore")
-    pytest(session, "packages/graphcore/tests")
+    vendor_tests(session, IPU_PLAN, "graphcore")
 
 
 @nox.session(python=PYTHON)

@@ -13,6 +13,8 @@ from typing import Any
 SCRIPTS = Path(__file__).parent / "scripts"
 # The user-facing examples are the tests' scripts too, so that they cannot drift apart.
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "deepspeed_hpu"
+# The session's setting as the conftest left it ("hpu" unless set explicitly): passed on to children, never forced.
+SESSION_EMULATE = os.environ.get("LIGHTNING_ACCEL_EMULATE", "hpu")
 
 
 def free_port() -> int:
@@ -31,7 +33,7 @@ def run_script(name: str, *args: str) -> None:
     """Run ``name`` (an example, else a test script) on two emulated HPUs; fail with its output when it fails."""
     env = {k: v for k, v in os.environ.items() if k not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK"}}
     env.update(
-        LIGHTNING_ACCEL_EMULATE="hpu",
+        LIGHTNING_ACCEL_EMULATE=SESSION_EMULATE,
         PYTHONUNBUFFERED="1",
         OMP_NUM_THREADS="1",
         MASTER_ADDR="127.0.0.1",

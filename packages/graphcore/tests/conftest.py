@@ -1,4 +1,8 @@
-"""Every Graphcore test runs on the poptorch emulator with 8 emulated IPUs."""
+"""The Graphcore tests run on the poptorch emulator with 8 emulated IPUs, unless ``LIGHTNING_ACCEL_EMULATE`` is set.
+
+On an IPU machine ``nox -s ipu_tests`` sets it to ``0`` and the suite runs on poptorch; tests marked ``emulator_only``
+are then skipped, and tests marked ``hardware`` run only then.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +13,26 @@ from types import ModuleType
 
 import pytest
 
-os.environ["LIGHTNING_ACCEL_EMULATE"] = "ipu"
+# An explicit setting decides (the vendor session sets 0); otherwise the emulator.
+os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "ipu")
 os.environ.pop("LIGHTNING_ACCEL_EMULATED_DEVICES", None)
 os.environ.pop("POPLAR_ENGINE_OPTIONS", None)
 
-from lightning_accel.core.emulation import reset_emulation_settings
+from lightning_accel.core.emulation import emulation_settings, reset_emulation_settings
+from lightning_accel.core.testing.markers import skip_by_emulation
 
+SESSION_EMULATE = os.environ["LIGHTNING_ACCEL_EMULATE"]
 reset_emulation_settings()
+_SESSION_EMULATED = emulation_settings().emulates("ipu")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    skip_by_emulation(item, "ipu", emulated=_SESSION_EMULATED)
 
 
 @pytest.fixture(autouse=True)
 def _emulated_ipus(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("LIGHTNING_ACCEL_EMULATE", "ipu")
+    monkeypatch.setenv("LIGHTNING_ACCEL_EMULATE", SESSION_EMULATE)
     monkeypatch.delenv("POPLAR_ENGINE_OPTIONS", raising=False)
     reset_emulation_settings()
     yield

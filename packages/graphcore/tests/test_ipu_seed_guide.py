@@ -111,6 +111,7 @@ def test_custom_options_with_output_mode_all(tmp_path: Path) -> None:
     assert training_opts.replication_factor == 1
 
 
+@pytest.mark.emulator_only
 def test_autoreport_dir(tmp_path: Path) -> None:
     report_dir = tmp_path / "report_dir"
     trainer = Trainer(
@@ -147,6 +148,7 @@ def _fit_pipelined(tmp_path: Path, module: Any, devices: int, **trainer_kwargs: 
         (BlockContextModule, [["layer1"], ["layer2"], ["layer3", "layer4"], []]),
     ],
 )
+@pytest.mark.emulator_only
 def test_model_split_over_4_ipus_with_2_replicas_uses_8_ipus(
     tmp_path: Path, module_class: type, placement: list[list[str]]
 ) -> None:

@@ -10,6 +10,9 @@ from typing import Any
 
 SCRIPTS = Path(__file__).parent / "scripts"
 PYTHON = sys.executable
+# The session's setting, as the conftest left it before any test changed the environment: "hpu" by default, "0" when
+# nox runs the suite on a Gaudi machine. Child processes get it passed on, never forced.
+SESSION_EMULATE = os.environ.get("LIGHTNING_ACCEL_EMULATE", "hpu")
 
 
 def free_port() -> int:
@@ -20,9 +23,9 @@ def free_port() -> int:
 
 
 def script_env(**extra: str) -> dict[str, str]:
-    """The environment for a child Python process: emulated HPUs, no inherited rank variables."""
+    """The environment for a child Python process: the session's HPUs (emulated or real), no inherited ranks."""
     env = {k: v for k, v in os.environ.items() if k not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK"}}
-    env.update(LIGHTNING_ACCEL_EMULATE="hpu", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.update(LIGHTNING_ACCEL_EMULATE=SESSION_EMULATE, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.update(extra)
     return env
 

@@ -1,7 +1,8 @@
-"""Run the Habana suite on the SDK emulator by default.
+"""Run the Habana suite on the SDK emulator unless ``LIGHTNING_ACCEL_EMULATE`` is set explicitly.
 
-On a Gaudi machine, ``LIGHTNING_ACCEL_EMULATE=0 nox -s hpu_tests`` runs it against the real SDK instead (the suite
-has not been run on hardware yet; tests that read emulator internals would then need a marker).
+On a Gaudi machine ``nox -s hpu_tests`` sets it to ``0`` and runs the suite on the real SDK, once per
+``PT_HPU_LAZY_MODE`` value: tests marked ``emulator_only`` (they read the emulator's internals) are then skipped, and
+tests marked ``hardware`` run only then.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ import pytest
 os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "hpu")
 os.environ.setdefault("LIGHTNING_ACCEL_EMULATED_DEVICES", "8")
 
-from lightning_accel.core.emulation import reset_emulation_settings
+from lightning_accel.core.emulation import emulation_settings, reset_emulation_settings
+from lightning_accel.core.testing.markers import skip_by_emulation
+
+reset_emulation_settings()
+# Decided once, from the session's setting, before any test changes the environment.
+_SESSION_EMULATED = emulation_settings().emulates("hpu")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    skip_by_emulation(item, "hpu", emulated=_SESSION_EMULATED)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ ACCEPTED = (
 )
 
 
+@pytest.mark.emulator_only
 def test_basics() -> None:
     assert HPUAccelerator.name() == "hpu"
     assert HPUAccelerator.is_available()

@@ -13,6 +13,9 @@ from lightning_accel.habana import sdk
 from lightning_accel.habana._emulator import core as emulated_core
 from lightning_accel.habana._emulator.hpu import device as emulated_device
 
+# Reads the emulator's internals (or stands in for the SDK): not a test of real hardware.
+pytestmark = pytest.mark.emulator_only
+
 _MODE_PROBE = (
     "import habana_frameworks.torch.core as htcore, habana_frameworks.torch.hpu as hpu\n"
     "print(htcore.is_lazy(), hasattr(hpu, 'wrap_in_hpu_graph'), hasattr(hpu, 'HPUGraph'))\n"

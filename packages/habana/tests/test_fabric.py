@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import torch
 from _habana_helpers import PYTHON, SCRIPTS, digits_loaders, free_port, script_env
 from lightning.fabric import Fabric
@@ -14,6 +15,7 @@ from lightning_accel.habana._emulator import core as emulated_core
 from lightning_accel.habana.fabric import HPUAccelerator, HPUCheckpointIO, SingleHPUStrategy
 
 
+@pytest.mark.emulator_only
 def test_single_device_training_converges_and_marks_steps(tmp_path: Path, lazy_mode: None) -> None:
     fabric = Fabric(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(), devices=1)
     fabric.seed_everything(0)

@@ -21,6 +21,9 @@ import torch
 from _child_pytest import isolated_in_child
 from _habana_helpers import free_port, script_env
 
+# Reads the emulator's internals (or stands in for the SDK): not a test of real hardware.
+pytestmark = pytest.mark.emulator_only
+
 
 def _install() -> None:
     from lightning_accel.habana._emulator.device import install

@@ -13,6 +13,9 @@ import pytest
 import torch
 from _child_pytest import isolated_in_child
 
+# Reads the emulator's internals (or stands in for the SDK): not a test of real hardware.
+pytestmark = pytest.mark.emulator_only
+
 
 def _fresh_dynamo() -> None:
     from lightning_accel.habana._emulator.device import install

@@ -24,6 +24,9 @@ from lightning_accel.core.emulation import follow_emulated_sdk_names, reset_emul
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.habana import HPUAccelerator, _lazy, sdk
 
+# Reads the emulator's internals (or stands in for the SDK): not a test of real hardware.
+pytestmark = pytest.mark.emulator_only
+
 STANDIN = Path(__file__).parent / "standin_sdk"
 LIST_VARIABLES = ("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "PT_HPU_AUTOCAST_FP32_OPS_LIST")
 

@@ -12,6 +12,9 @@ from lightning.pytorch import Trainer
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.habana import HPUGraphs
 
+# Reads the emulator's internals (or stands in for the SDK): not a test of real hardware.
+pytestmark = pytest.mark.emulator_only
+
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PYTHON, "-c", code], env=script_env(**env), capture_output=True, text=True, timeout=180)

@@ -43,6 +43,7 @@ def test_evaluation_runs_under_no_grad_not_inference_mode() -> None:
     assert set(model.eval_grad_modes) == {(False, False)}
 
 
+@pytest.mark.emulator_only
 def test_lazy_mode_marks_steps_after_backward_optimizer_and_around_evaluation(lazy_mode: None) -> None:
     model = digits_classifier()
     train, val = digits_loaders()
