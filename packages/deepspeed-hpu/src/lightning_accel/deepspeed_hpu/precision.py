@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -10,6 +11,7 @@ from lightning.pytorch.plugins.precision import DeepSpeedPrecision
 from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.habana import _fp8
 
 __all__ = ["HPUDeepSpeedPrecisionPlugin", "PRECISIONS"]
 
@@ -22,6 +24,7 @@ PRECISIONS = {
     "32": "32-true",
     "16-mixed": "16-mixed",
     "16": "16-mixed",
+    "fp8": "fp8",
 }
 
 
@@ -31,17 +34,20 @@ class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
     ``"bf16-mixed"`` is DeepSpeed's bf16 mode: the engine keeps bf16 weights and runs in bf16, the optimizer keeps
     fp32 master weights; inputs are cast to bf16. ``"bf16-true"`` casts the module to bf16 up front. ``"32-true"`` is
     full precision. ``"16-mixed"`` is DeepSpeed's fp16 with loss scaling, accepted where the device supports float16
-    (Gaudi2 and later; the strategy checks at set-up). Lightning's ``DeepSpeedPrecision`` given to the Trainer is
-    turned into this plugin by the strategy.
+    (Gaudi2 and later; the strategy checks at set-up). ``"fp8"`` (Gaudi2 and later) runs DeepSpeed in float32 and the
+    steps inside the SDK's Transformer Engine ``fp8_autocast``; :meth:`convert_modules` with ``replace_layers=True``
+    swaps the model's ``torch.nn.Linear`` layers for ``transformer_engine.Linear`` (as
+    :class:`~lightning_accel.habana.HPUPrecisionPlugin` does). Lightning's ``DeepSpeedPrecision`` given to the Trainer
+    is turned into this plugin by the strategy.
 
     For ``trainer.predict`` with DeepSpeed inference, inputs are cast to the inference ``dtype`` the model runs in.
 
     Args:
-        precision: ``"bf16-mixed"``, ``"bf16-true"``, ``"32-true"`` or ``"16-mixed"`` (``"bf16"``, ``"32"``, ``"16"``
-            as aliases).
+        precision: ``"bf16-mixed"``, ``"bf16-true"``, ``"32-true"``, ``"16-mixed"`` or ``"fp8"`` (``"bf16"``,
+            ``"32"``, ``"16"`` as aliases).
 
     Raises:
-        ConfigurationError: For any other value.
+        ConfigurationError: For any other value, or ``"fp8"`` where the SDK says fp8 is unavailable (its reason).
 
     Example:
         >>> from lightning.pytorch import Trainer
@@ -56,10 +62,47 @@ class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
         if normalized is None:
             raise ConfigurationError(
                 f"precision={precision!r} is not supported by DeepSpeed on HPU. Accepted: 'bf16-mixed', 'bf16-true', "
-                "'32-true', '16-mixed' (where the device supports float16), or the aliases 'bf16', '32', '16'."
+                "'32-true', '16-mixed' (where the device supports float16), 'fp8' (Gaudi2 and later), or the aliases "
+                "'bf16', '32', '16'."
             )
-        super().__init__(normalized)  # type: ignore[arg-type]
+        if normalized == "fp8":
+            _fp8.require_fp8()
+        # fp8 runs DeepSpeed in float32 (no bf16/fp16 section): only the Transformer Engine layers compute in fp8.
+        super().__init__("32-true" if normalized == "fp8" else normalized)  # type: ignore[arg-type]
+        self.precision = normalized  # type: ignore[assignment]
         self._input_dtype: torch.dtype | None = None
+        self.recipe: Any = None
+        self.replace_layers = False
+        self.fp8_train_available = normalized == "fp8"
+        self.fp8_inference_available = False
+
+    @override
+    def forward_context(self) -> AbstractContextManager[Any]:
+        """The SDK's ``fp8_autocast`` for ``"fp8"``; nothing otherwise (DeepSpeed casts)."""
+        if self.precision == "fp8":
+            return _fp8.fp8_autocast(_fp8.make_recipe(self.recipe))
+        return nullcontext()
+
+    def convert_modules(
+        self,
+        module: torch.nn.Module,
+        inference: bool = False,
+        replace_layers: bool = False,
+        recipe: Any = None,
+        quant: bool = True,
+        fp8_data_path: str | None = None,
+    ) -> torch.nn.Module:
+        """Prepare ``module`` for fp8 training (the arguments of ``HPUPrecisionPlugin.convert_modules``).
+
+        Raises:
+            ConfigurationError: When the precision is not ``"fp8"``, for ``inference=True`` (fp8 inference through
+                Intel Neural Compressor is not driven by this package), or a bad ``recipe``.
+        """
+        self.recipe = _fp8.convert_modules(
+            str(self.precision), module, inference, replace_layers, recipe, quant, fp8_data_path
+        )
+        self.replace_layers = bool(replace_layers)
+        return module
 
     @classmethod
     def from_lightning(cls, plugin: DeepSpeedPrecision) -> HPUDeepSpeedPrecisionPlugin:
