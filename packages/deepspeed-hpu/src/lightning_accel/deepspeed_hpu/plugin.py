@@ -112,4 +112,5 @@ PLUGIN = PluginSpec(
     ),
     # Overrides private methods of Lightning 2.6's DeepSpeedStrategy (see lightning_accel.core.compat).
     lightning=">=2.6,<2.7",
+    selftest="lightning_accel.deepspeed_hpu.selftest:CHECKS",
 )

@@ -39,4 +39,5 @@ PLUGIN = PluginSpec(
     },
     # The last poptorch pins torch 2.0.1, whose newest Lightning is 2.3.
     lightning=">=2.3,<2.7",
+    selftest="lightning_accel.graphcore.selftest:CHECKS",
 )

@@ -57,4 +57,5 @@ PLUGIN = PluginSpec(
     },
     # Built and tested on Lightning 2.6 (the SDK's torch is current, so no older Lightning is needed).
     lightning=">=2.6,<2.7",
+    selftest=f"{_PKG}.selftest:CHECKS",
 )

@@ -48,7 +48,7 @@ class Check:
         target: ``"module:function"``: called with a :class:`CheckContext`, returns a one-line detail.
         description: One line saying what the check shows.
         environment: Variables the SDK reads when it loads (e.g. ``PT_HPU_LAZY_MODE``): the check runs in a process
-            started with them. Checks with the same environment share one process, in the order declared.
+            started with them. Checks of one device type with the same environment share one process, in order.
     """
 
     name: str

@@ -2,8 +2,9 @@
 
 Why processes: the SDKs read variables such as ``PT_HPU_LAZY_MODE`` once when they load, so a check that needs another
 value needs another process; and a check that crashes the interpreter (a driver abort, a hung collective) must not take
-the rest of the report with it. Checks with the same environment share one process, in the order declared, which
-keeps the interpreter start-up (torch and Lightning imports) to a few per run.
+the rest of the report with it. Checks of one device type with the same environment share one process, in the order
+declared (a DeepSpeed plugin's HPU checks join the Gaudi plugin's), which keeps the interpreter start-ups (torch and
+Lightning imports) to a few per run.
 
 Example:
     >>> from lightning_accel.core.selftest import run_selftest
@@ -223,7 +224,8 @@ def run_selftest(
     for item in planned:
         # An unavailable plugin's checks are reported where they stand, without a process.
         usable = item.availability.usable
-        key = (item.plugin, tuple(sorted(item.check.environment.items()))) if usable else ("", item.check.name)
+        environment = tuple(sorted(item.check.environment.items()))
+        key = (item.check.device_type, item.availability.devices, environment) if usable else ("", item.check.name)
         groups.setdefault(key, []).append(item)
     with tempfile.TemporaryDirectory(prefix="lightning-accel-selftest-") as tmp:
         for index, items in enumerate(groups.values()):

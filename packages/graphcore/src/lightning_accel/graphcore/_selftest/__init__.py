@@ -1,0 +1,3 @@
+"""The IPU self-test checks' code (declared in :mod:`lightning_accel.graphcore.selftest`)."""
+
+__all__: list[str] = []
