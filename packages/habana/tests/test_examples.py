@@ -40,3 +40,14 @@ def test_profiler_example_writes_a_trace_and_a_summary(tmp_path: Path) -> None:
     written = sorted(p.name for p in (tmp_path / "profiler_logs").iterdir())
     assert any(name.endswith(".json") for name in written), written
     assert any(name.endswith(".txt") for name in written), written
+
+
+def test_fp8_example_trains_in_fp8_and_is_refused_on_first_generation_gaudi(tmp_path: Path) -> None:
+    out = _run("fp8_training.py", tmp_path)
+    line = out.split("relative error against float32: fp8 ", 1)[1].splitlines()[0]  # "0.0348, bf16-mixed 0.0027"
+    fp8, bf16 = float(line.split(",")[0]), float(line.split()[-1])
+    assert 0.01 < fp8 < 0.1 and bf16 < fp8 / 8
+    assert "Transformer Engine layers: 2" in out
+    assert float(out.rsplit("validation accuracy in fp8:", 1)[1].split()[0]) > 0.9
+    refused = _run("fp8_training.py", tmp_path, LIGHTNING_ACCEL_EMULATE_HPU_TYPE="gaudi")
+    assert "fp8 available: False FP8 not supported on Gaudi, Gaudi2 or higher required" in refused
