@@ -3,6 +3,7 @@ reported without losing the other checks, variables the SDK reads at load given 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -153,3 +154,26 @@ def test_only_the_requested_device_type(fake_plugins: dict[str, str]) -> None:
         "checks cover: nothing. Install the vendor distribution (e.g. `pip install 'lightning-accel[habana]'` for "
         "--hpu, '[graphcore]' for --ipu)."
     )
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_a_progress_bar_naming_the_running_check_and_it_is_cleared_for_each_result() -> None:
+    from lightning_accel.core.plugin import Availability
+    from lightning_accel.core.selftest import Check, CheckResult, PlannedCheck
+    from lightning_accel.core.selftest.display import ProgressDisplay
+
+    planned = PlannedCheck(Check("fake.fit", "fake", "m:f", "trains"), "fake", Availability("emulated", "", 1))
+    terminal = _Terminal()
+    display = ProgressDisplay(total=2, results_to=terminal, bar_to=terminal)
+    display("started", planned, None)
+    assert terminal.getvalue().startswith("\r\033[K\r[........................] 0/2 ")
+    assert terminal.getvalue().endswith("fake.fit")
+    display("finished", planned, CheckResult("fake.fit", "fake", "trains", "passed", "accuracy 1.0", 1.5))
+    display("started", planned, None)
+    shown = terminal.getvalue()
+    assert "\r\033[K" + "PASS  fake.fit                   1.5 s  trains: accuracy 1.0\n" in shown
+    assert shown.split("\r\033[K")[-1].startswith("\r[############............] 1/2 ")

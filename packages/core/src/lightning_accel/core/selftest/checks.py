@@ -49,6 +49,10 @@ class Check:
         description: One line saying what the check shows.
         environment: Variables the SDK reads when it loads (e.g. ``PT_HPU_LAZY_MODE``): the check runs in a process
             started with them. Checks of one device type with the same environment share one process, in order.
+
+    Example:
+        >>> Check("hpu.graphs", "hpu", "my_vendor._checks:graphs", "graph replay", {"PT_HPU_LAZY_MODE": "1"}).name
+        'hpu.graphs'
     """
 
     name: str
@@ -65,6 +69,11 @@ class CheckContext:
     Attributes:
         workdir: An empty directory of its own, removed after the run.
         devices: How many devices the plugin's availability reports (real ones, or what the emulator provides).
+
+    Example:
+        >>> from pathlib import Path
+        >>> CheckContext(workdir=Path("/tmp/check"), devices=8).devices
+        8
     """
 
     workdir: Path
@@ -82,6 +91,10 @@ class CheckResult:
         status: ``"passed"``, ``"failed"`` or ``"skipped"``.
         detail: What it measured when it passed, the error when it failed, the reason when it was skipped.
         seconds: Wall time of the check.
+
+    Example:
+        >>> CheckResult("hpu.fit", "hpu", "trains", "skipped", "no HPU", 0.0).as_dict()["status"]
+        'skipped'
     """
 
     name: str

@@ -40,6 +40,11 @@ class ProgressDisplay:
         total: How many checks will report.
         results_to: Where result lines go (``None``: nowhere, for ``--json``).
         bar_to: Where the bar goes; drawn only when that stream is a terminal.
+
+    Example:
+        >>> import sys
+        >>> display = ProgressDisplay(total=16, results_to=sys.stdout, bar_to=sys.stdout)
+        >>> # run_selftest(progress=display) calls it with each check as it starts and each result as it arrives
     """
 
     def __init__(self, total: int, results_to: TextIO | None, bar_to: TextIO | None = None) -> None:

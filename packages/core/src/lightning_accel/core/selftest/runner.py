@@ -41,7 +41,13 @@ _POLL_S = 0.2
 
 @dataclass(frozen=True)
 class PlannedCheck:
-    """A check together with the plugin that declared it and that plugin's availability here."""
+    """A check together with the plugin that declared it and that plugin's availability here.
+
+    Example:
+        >>> from lightning_accel.core.selftest import plan_checks
+        >>> [planned.check.name for planned in plan_checks({"hpu"})]  # doctest: +SKIP
+        ['hpu.deepspeed_zero1', ..., 'hpu.compile']
+    """
 
     check: Check
     plugin: str
@@ -50,7 +56,12 @@ class PlannedCheck:
 
 @dataclass(frozen=True)
 class SelftestReport:
-    """All results of one run, in the order the checks were declared."""
+    """All results of one run, in the order the checks were declared.
+
+    Example:
+        >>> SelftestReport(results=(), seconds=0.0).summary()
+        {'passed': 0, 'failed': 0, 'skipped': 0, 'total': 0, 'seconds': 0.0}
+    """
 
     results: tuple[CheckResult, ...]
     seconds: float
