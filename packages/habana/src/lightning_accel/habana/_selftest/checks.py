@@ -220,11 +220,11 @@ def graphs(ctx: CheckContext) -> str:
     import torch.nn.functional as F
     from lightning.pytorch import seed_everything
 
-    from lightning_accel.habana import HPUGraphs
-    from lightning_accel.habana.sdk import htcore
+    from lightning_accel.habana import HPUAccelerator, HPUGraphs
+    from lightning_accel.habana.sdk import hpu
 
-    if not htcore.is_lazy():
-        raise CheckFailed("PT_HPU_LAZY_MODE=1 was set before the SDK loaded, but htcore.is_lazy() is False")
+    if not HPUAccelerator.is_lazy():
+        raise CheckFailed("PT_HPU_LAZY_MODE=1 was set before the SDK loaded, but the SDK runs in eager mode")
     seed_everything(0)
     model = classifier()
     model.automatic_optimization = False
@@ -234,9 +234,9 @@ def graphs(ctx: CheckContext) -> str:
         optimizer = model.optimizers()
         if "graph" not in state:
             state["x"], state["y"] = batch[0].clone(), batch[1].clone()
-            state["graph"] = htcore.hpu.HPUGraph()
+            state["graph"] = hpu.HPUGraph()
             optimizer.zero_grad(set_to_none=True)
-            with htcore.hpu.graph(state["graph"]):  # capturing also runs this first step
+            with hpu.graph(state["graph"]):  # capturing also runs this first step
                 state["loss"] = F.cross_entropy(model(state["x"]), state["y"])
                 state["loss"].backward()
                 optimizer.step()
