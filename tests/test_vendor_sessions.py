@@ -102,3 +102,15 @@ def test_an_sdk_torch_older_than_2_1_gets_the_lightning_that_supports_it() -> No
     # The last poptorch ships torch 2.0.1; Lightning 2.3 is the newest that runs on it.
     assert vendor_sdk._lightning_for("2.0.1+cpu") == "lightning==2.3.3"
     assert vendor_sdk._lightning_for("2.6.0+hpu.synapse.v1.21.0") is None
+
+
+def test_on_an_ipu_machine_the_ipu_session_counts_the_ipus_poptorch_can_attach(tmp_path: Path) -> None:
+    sdk = tmp_path / "poptorch_sdk"
+    sdk.mkdir()
+    # A stand-in poptorch on a machine with 4 IPUs: attaching 1, 2 or 4 works, 8 does not.
+    (sdk / "poptorch.py").write_text("def ipuHardwareIsAvailable(num_ipus=1):\n    return num_ipus <= 4\n")
+    folder = tmp_path / "ipu-bin"
+    _interpreter(folder, "python3", sdk)
+    plan = vendor_sdk.plan_session("ipu", _environ(folder))
+    assert plan.hardware and plan.python == str(folder / "python3") and plan.torch is None
+    assert plan.runs == ({"LIGHTNING_ACCEL_EMULATE": "0", "LIGHTNING_ACCEL_SDK_DEVICES": "4"},)

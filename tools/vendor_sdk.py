@@ -65,8 +65,16 @@ SDKS = {
         "import habana_frameworks.torch.hpu as _h; n = _h.device_count()",
         ({"PT_HPU_LAZY_MODE": "0"}, {"PT_HPU_LAZY_MODE": "1"}),
     ),
-    # poptorch.ipuHardwareIpuCount(): poptorch 3.x's count of IPUs on the system.
-    "ipu": VendorSdk("ipu", "poptorch", "poptorch", "import poptorch as _p; n = _p.ipuHardwareIpuCount()", ({},)),
+    # poptorch.ipuHardwareIsAvailable(num_ipus): whether that many IPUs can be attached (poptorch/__init__.py); probed
+    # by powers of two up to 64, as lightning_accel.graphcore.sdk.available_ipus does.
+    "ipu": VendorSdk(
+        "ipu",
+        "poptorch",
+        "poptorch",
+        "import poptorch as _p\nsize = 1\n"
+        "while size <= 64 and _p.ipuHardwareIsAvailable(size):\n    n, size = size, size * 2",
+        ({},),
+    ),
 }
 
 _PROBE = """
