@@ -13,7 +13,9 @@ cached, so the per-call work is a dictionary lookup, one pass over the arguments
   the backing tensors and the original argument objects are returned, so ``a.add_(b) is a``;
 - operations that would change a wrapper's sizes or strides in place (``resize_`` to another shape, ``squeeze_``,
   ``t_``...) are refused with an explanation (see :data:`METADATA_MUTATING`): a wrapper's metadata cannot be
-  changed after it is made, so running them would leave the wrapper describing memory it no longer has.
+  changed after it is made, so running them would leave the wrapper describing memory it no longer has. The
+  exception is ``x.set_(y)`` with ``y`` on the same HPU (torch FSDP shards with it): torch's ``.data`` setter copies
+  ``y``'s metadata into ``x``, which then shares ``y``'s backing tensor.
 
 Devices follow torch's rules for real devices: all ``"hpu"`` tensors of one operation must be on the same index, a
 tensor of another device may join only as a 0-dim CPU tensor (a "CPU scalar"), except in the operations that move
@@ -86,6 +88,7 @@ UNTRACEABLE_FACTORY = (
 
 _plans: dict[Any, Plan] = {}
 _make_wrapper = torch.Tensor._make_wrapper_subclass
+_DATA: Any = torch._C.TensorBase.data
 
 
 def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
@@ -234,6 +237,8 @@ def _make_plan(func: Any) -> Plan:
     schema = func._schema
     name, full = _qualified(func)
     cross_device = name in CROSS_DEVICE or full in CROSS_DEVICE
+    if full == "aten::set_.source_Tensor":
+        return _set_from_tensor_plan
     if name in METADATA_MUTATING:
         return _metadata_plan(cross_device)
     if name in STREAM_ONLY:
@@ -397,6 +402,26 @@ def _metadata_plan(cross_device: bool) -> Plan:
         return target
 
     return plan
+
+
+def _set_from_tensor_plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+    # x.set_(y): x takes y's storage, sizes and strides, as on any real device (torch FSDP shards its flat parameter
+    # with it). A wrapper cannot change its metadata through the dispatch, but torch's `.data` setter can: it copies
+    # y's TensorImpl metadata into x (set_data, what `x.data = y` runs), and x then shares y's backing tensor.
+    target = args[0]
+    source = args[1] if len(args) > 1 else (kwargs or {})["source"]
+    if type(target) is not HPUTensor or type(source) is not HPUTensor:
+        new_args, new_kwargs, _ = _unwrap(func, args, kwargs, False)  # torch's own device error
+        return func._op(*new_args, **new_kwargs)
+    if source.device != target.device:
+        raise _mismatch(target.device, source.device, func)
+    if source.dtype != target.dtype:
+        raise RuntimeError(
+            f"Could not set tensor of type {source.dtype} to a tensor of type {target.dtype} (when running {func})"
+        )
+    _DATA.__set__(target, source)
+    target._elem = source._elem
+    return target
 
 
 def _refuse_if_metadata_changes(

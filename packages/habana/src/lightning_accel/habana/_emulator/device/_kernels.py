@@ -15,7 +15,7 @@ Random factories draw from the backing device's default generator (see the packa
 
 The copy kernels (``_copy_from``, ``_copy_from_and_resize``) serve the paths where torch copies with the Python
 dispatch key excluded, so that ``__torch_dispatch__`` is skipped: ``torch.tensor(data, device="hpu")`` is built that
-way.
+way. ``record_stream`` is here for the same reason: torch FSDP calls it with the Python key excluded.
 """
 
 from __future__ import annotations
@@ -95,6 +95,13 @@ def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     return dst
 
 
+def _record_stream(tensor: torch.Tensor, stream: Any) -> None:
+    # A device with streams keeps a tensor's memory until work queued on `stream` is done; every kernel of a real
+    # PrivateUse1 backend has one. torch FSDP calls it with the Python key excluded (no_dispatch), so it lands here,
+    # not in __torch_dispatch__. The emulator runs all work in issue order, so there is nothing to wait for.
+    return None
+
+
 def register_kernels() -> None:
     """Register the kernels of :data:`FACTORIES` and the copy kernels for PrivateUse1, once per process."""
     global _library
@@ -107,4 +114,5 @@ def register_kernels() -> None:
         library.impl(qualified, _factory(packet), "PrivateUse1")
     library.impl("_copy_from", _copy_from, "PrivateUse1")
     library.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
+    library.impl("record_stream", _record_stream, "PrivateUse1")
     _library = library

@@ -126,7 +126,19 @@ class HPUTensor(torch.Tensor):
     @data.setter
     def data(self, value: torch.Tensor) -> None:
         # torch's setter copies the TensorImpl's metadata but knows nothing of _elem, which would keep the old data.
-        _DATA.__set__(self, value)
+        try:
+            _DATA.__set__(self, value)
+        except RuntimeError as exc:
+            if "incompatible tensor type" not in str(exc):
+                raise
+            # torch swaps data between its built-in dense devices only (TensorImpl::has_compatible_shallow_copy_type),
+            # and PrivateUse1 is not one of them.
+            raise NotImplementedError(
+                f"An 'hpu' tensor cannot take a {value.device} tensor through `tensor.data = ...` on the emulated "
+                "HPU: it is a PrivateUse1 device, and torch swaps data between its built-in dense devices only "
+                "(CPU, CUDA, HPU...). On a Gaudi, where 'hpu' is built in, this runs. torch FSDP does it for "
+                "cpu_offload=True and for state dicts gathered with offload_to_cpu=True."
+            ) from exc
         self._elem = value._elem if type(value) is HPUTensor else value
 
     def numpy(self, *, force: bool = False) -> Any:
