@@ -25,14 +25,17 @@ if TYPE_CHECKING:
     from .accelerator import HPUAccelerator
     from .checkpoint_io import HPUCheckpointIO
     from .compile_backends import aot_hpu_inference_backend, aot_hpu_training_backend, hpu_backend
+    from .fsdp_precision import HPUFSDPPrecision
     from .graphs import HPUGraphs
     from .precision import HPUPrecisionPlugin
     from .profiler import HPUProfiler
-    from .strategies import HPUParallelStrategy, SingleHPUStrategy
+    from .strategies import HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
 
 __all__ = [
     "HPUAccelerator",
     "HPUCheckpointIO",
+    "HPUFSDPPrecision",
+    "HPUFSDPStrategy",
     "HPUGraphs",
     "HPUParallelStrategy",
     "HPUPrecisionPlugin",
@@ -50,6 +53,8 @@ __getattr__, __dir__ = lazy_exports(
     {
         "HPUAccelerator": ".accelerator",
         "HPUCheckpointIO": ".checkpoint_io",
+        "HPUFSDPPrecision": ".fsdp_precision",
+        "HPUFSDPStrategy": ".strategies",
         "HPUGraphs": ".graphs",
         "HPUParallelStrategy": ".strategies",
         "HPUPrecisionPlugin": ".precision",

@@ -43,6 +43,12 @@ PLUGIN = PluginSpec(
             fabric=f"{_PKG}.fabric.strategies:HPUParallelStrategy",
             description="Alias of hpu_parallel",
         ),
+        StrategySpec(
+            name="hpu_fsdp",
+            trainer=f"{_PKG}.strategies.fsdp:HPUFSDPStrategy",
+            fabric=f"{_PKG}.fabric.fsdp:HPUFSDPStrategy",
+            description="Fully Sharded Data Parallel (torch FSDP) over HCCL, one process per HPU, eager mode",
+        ),
     ),
     availability=f"{_PKG}.availability:availability",
     emulates=("hpu",),

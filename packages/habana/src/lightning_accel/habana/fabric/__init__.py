@@ -8,7 +8,17 @@ Example:
 
 from ..checkpoint_io import HPUCheckpointIO
 from .accelerator import HPUAccelerator
+from .fsdp import HPUFSDPStrategy
+from .fsdp_precision import HPUFSDPPrecision
 from .precision import HPUPrecision
 from .strategies import HPUParallelStrategy, SingleHPUStrategy
 
-__all__ = ["HPUAccelerator", "HPUCheckpointIO", "HPUParallelStrategy", "HPUPrecision", "SingleHPUStrategy"]
+__all__ = [
+    "HPUAccelerator",
+    "HPUCheckpointIO",
+    "HPUFSDPPrecision",
+    "HPUFSDPStrategy",
+    "HPUParallelStrategy",
+    "HPUPrecision",
+    "SingleHPUStrategy",
+]

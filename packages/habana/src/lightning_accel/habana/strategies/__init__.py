@@ -1,6 +1,7 @@
 """Trainer strategies for HPUs."""
 
+from .fsdp import HPUFSDPStrategy
 from .parallel import HPUParallelStrategy
 from .single import SingleHPUStrategy
 
-__all__ = ["HPUParallelStrategy", "SingleHPUStrategy"]
+__all__ = ["HPUFSDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]

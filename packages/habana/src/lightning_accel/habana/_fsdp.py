@@ -1,0 +1,197 @@
+"""What the Trainer and Fabric FSDP strategies and precision plugins for HPUs share: their rules, written once.
+
+Lightning-free (the classes of both trees, and their ``pytorch_lightning`` twins, call it), so that each rule has one
+home:
+
+- the precisions FSDP runs on HPUs (``"bf16-mixed"``, ``"32-true"``) and the :class:`MixedPrecision` each gives;
+- which precision plugins the strategies take, and the error for the others;
+- eager mode only: Intel Gaudi runs FSDP in eager mode (``PT_HPU_LAZY_MODE=0``, the default since SDK 1.21).
+  Sources: Intel Gaudi documentation, "Using Fully Sharded Data Parallel (FSDP) with Intel Gaudi"
+  (docs.habana.ai/en/latest/PyTorch/PyTorch_FSDP/Pytorch_FSDP.html): "Intel Gaudi FSDP integration can be executed
+  using Eager mode with torch.compile", and its example sets ``PT_HPU_LAZY_MODE=0``; the archived lightning-habana
+  ran its FSDP tests with ``PT_HPU_LAZY_MODE=0`` only (``.azure/hpu-tests.yml``);
+- the device torch FSDP is given: an HPU *with* an index (``hpu:0``), because FSDP takes ``device_id`` as an index.
+  Each Gaudi process drives one card and sees it as ``hpu:0`` (the runtime picks the card from ``HLS_MODULE_ID``), so
+  the index is the SDK's ``current_device()``.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lightning_accel.core.errors import ConfigurationError
+
+from . import sdk
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecision
+
+__all__ = [
+    "ACCEPTED_PRECISIONS",
+    "check_device",
+    "check_precision",
+    "check_unsupported_fp8_arguments",
+    "fsdp_device",
+    "full_state_dict_on_device",
+    "mixed_precision_config",
+    "move_to_hpu",
+    "refuse_device_mesh_tuple",
+    "refuse_lazy_mode",
+    "refuse_plugin",
+]
+
+ACCEPTED_PRECISIONS = ("bf16-mixed", "32-true")
+"""The precisions FSDP runs on HPUs."""
+
+_ACCEPTED_TEXT = "'bf16-mixed' or '32-true'"
+
+
+def check_precision(precision: Any, owner: str) -> str:
+    """``precision`` if FSDP runs it on HPUs.
+
+    Raises:
+        ConfigurationError: For any other precision, with the accepted ones.
+    """
+    if precision in ACCEPTED_PRECISIONS:
+        return str(precision)
+    raise ConfigurationError(
+        f"{owner}(precision={precision!r}) is not supported. Accepted: {_ACCEPTED_TEXT}. FSDP on HPUs keeps float32 "
+        "weights and runs either the SDK's bfloat16 autocast ('bf16-mixed') or float32 ('32-true'); float16 and true "
+        "half precision are not offered. Use Trainer/Fabric(precision='bf16-mixed')."
+    )
+
+
+def check_device(device: str) -> None:
+    """Refuse a precision plugin device other than ``"hpu"``.
+
+    Raises:
+        ConfigurationError: For any other device.
+    """
+    if device != "hpu":
+        raise ConfigurationError(
+            f"HPUFSDPPrecision(device={device!r}) is not supported. Accepted: 'hpu'. For FSDP on other devices use "
+            "Lightning's strategy='fsdp' and its precision plugins."
+        )
+
+
+def check_unsupported_fp8_arguments(recipe: Any, replace_layers: bool) -> None:
+    """Refuse the fp8 arguments the archived lightning-habana accepted and then ignored.
+
+    Raises:
+        ConfigurationError: When ``recipe`` or ``replace_layers`` is given.
+    """
+    if recipe is None and not replace_layers:
+        return
+    raise ConfigurationError(
+        f"HPUFSDPPrecision(recipe={recipe!r}, replace_layers={replace_layers!r}) is not supported: fp8 training does "
+        "not run under FSDP on HPUs (lightning-habana accepted these arguments and ignored them). Accepted: "
+        "recipe=None, replace_layers=False. For fp8, use HPUPrecisionPlugin(precision='fp8') with a single-HPU or "
+        "data-parallel strategy."
+    )
+
+
+def mixed_precision_config(precision: str) -> MixedPrecision | None:
+    """The :class:`torch.distributed.fsdp.MixedPrecision` of ``precision``; ``None`` for ``"32-true"``.
+
+    ``"bf16-mixed"`` keeps parameters and buffers in float32 (the SDK's autocast picks each operator's dtype, as on
+    one HPU) and reduces gradients in bfloat16, which halves the reduce-scatter traffic. lightning-habana used the
+    same parameter and reduction dtypes but cast buffers to bfloat16, which rounds running statistics such as
+    BatchNorm's; pass ``mixed_precision=`` to the strategy for another choice.
+    """
+    if precision != "bf16-mixed":
+        return None
+    from torch.distributed.fsdp import MixedPrecision
+
+    return MixedPrecision(param_dtype=torch.float32, reduce_dtype=torch.bfloat16, buffer_dtype=torch.float32)
+
+
+def refuse_plugin(strategy: str, plugin: object, tree_hint: str) -> ConfigurationError:
+    """The error for a precision plugin the FSDP strategy cannot use.
+
+    Args:
+        strategy: The strategy's class name.
+        plugin: The plugin given.
+        tree_hint: How a user of this tree selects the precision (e.g. ``"Trainer(precision=...)"``).
+    """
+    return ConfigurationError(
+        f"{strategy} cannot use the precision plugin {type(plugin).__name__} (precision="
+        f"{getattr(plugin, 'precision', None)!r}): torch FSDP casts parameters and gradients itself, so the strategy "
+        f"needs HPUFSDPPrecision. Accepted: {tree_hint} with {_ACCEPTED_TEXT}, or plugins=[HPUFSDPPrecision("
+        "'bf16-mixed')] (HPUFSDPPrecision from lightning_accel.habana, or lightning_accel.habana.fabric for Fabric)."
+    )
+
+
+def refuse_lazy_mode(strategy: str) -> None:
+    """Refuse to run FSDP when the SDK loaded in lazy mode (see the module docstring for the source).
+
+    Raises:
+        ConfigurationError: In lazy mode (``PT_HPU_LAZY_MODE=1`` when the SDK loaded).
+    """
+    if not sdk.core_module().is_lazy():
+        return
+    raise ConfigurationError(
+        f"{strategy} needs the Habana SDK in eager mode, but it loaded in lazy mode (PT_HPU_LAZY_MODE=1). Intel Gaudi "
+        "runs FSDP in eager mode only. Accepted: PT_HPU_LAZY_MODE=0 or unset (eager, the default since SDK 1.21); "
+        "set it before the process starts (the SDK reads it once, when it loads), or use strategy='hpu_parallel' in "
+        "lazy mode."
+    )
+
+
+def refuse_device_mesh_tuple(device_mesh: Any) -> None:
+    """Refuse a ``(replicas, shards)`` tuple, which only the Trainer strategy turns into an HPU device mesh.
+
+    Raises:
+        ConfigurationError: When ``device_mesh`` is a tuple.
+    """
+    if isinstance(device_mesh, tuple):
+        raise ConfigurationError(
+            f"device_mesh={device_mesh!r} is not supported by the Fabric HPUFSDPStrategy: Lightning's Fabric builds a "
+            "mesh of that shape on CUDA only. Accepted: None, or a torch DeviceMesh of 'hpu' devices. With the "
+            "Trainer, HPUFSDPStrategy(sharding_strategy='HYBRID_SHARD', device_mesh=(replicas, shards)) builds it on "
+            "the HPUs."
+        )
+
+
+def move_to_hpu(module: torch.nn.Module, device: torch.device) -> None:
+    """Move ``module`` to ``device`` before torch FSDP wraps it; modules on the meta device stay there.
+
+    torch FSDP moves a host module with ``param.data = param.to(device_id)``, which the emulated HPU cannot take (a
+    host tensor cannot swap its data for an ``"hpu"`` tensor, see the emulator's docs). ``module.to`` moves the same
+    parameters on both, as lightning-habana's strategy did before wrapping; FSDP then shards tensors already on the HPU.
+    A module on the meta device is materialized on ``device_id`` by FSDP itself.
+    """
+    if any(t.is_meta for t in (*module.parameters(), *module.buffers())):
+        return
+    module.to(device)
+
+
+def full_state_dict_on_device(module: torch.nn.Module) -> AbstractContextManager[Any]:
+    """FSDP's full state dict, gathered on rank 0's HPU (not offloaded to the host while gathering).
+
+    Lightning gathers it with ``offload_to_cpu=True``, for which torch FSDP swaps each flat parameter's data for a
+    host tensor (``flat_param.data = flat_param.to("cpu")``). torch allows that swap between its built-in dense
+    devices only (``TensorImpl::has_compatible_shallow_copy_type``: CPU, CUDA, MPS, HIP, XPU and HPU), which Gaudi's
+    ``DeviceType::HPU`` is and a PrivateUse1 device, such as the emulated HPU, is not. Gathering on the device works
+    on both; the cost is that rank 0 holds the full parameters on its HPU while the checkpoint is assembled. The file
+    holds host tensors either way (the checkpoint I/O moves them).
+    """
+    from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.api import FullOptimStateDictConfig
+
+    return FSDP.state_dict_type(
+        module=module,
+        state_dict_type=StateDictType.FULL_STATE_DICT,
+        state_dict_config=FullStateDictConfig(offload_to_cpu=False, rank0_only=True),
+        optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=True),
+    )
+
+
+def fsdp_device(hpu: torch.device) -> torch.device:
+    """The device torch FSDP works on: this process's HPU with an index (``hpu:0``, see the module docstring)."""
+    if hpu.index is not None:
+        return hpu
+    return torch.device(hpu.type, int(sdk.hpu_module().current_device()))

@@ -1,0 +1,239 @@
+"""Fully Sharded Data Parallel (torch FSDP) over HCCL for Fabric."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+from lightning.fabric.plugins.precision import FSDPPrecision, Precision
+from lightning.fabric.strategies import FSDPStrategy
+from typing_extensions import override
+
+from lightning_accel.core.errors import ConfigurationError
+
+from .. import sdk
+from .._devices import parallel_root_device
+from .._fsdp import (
+    fsdp_device,
+    full_state_dict_on_device,
+    move_to_hpu,
+    refuse_device_mesh_tuple,
+    refuse_lazy_mode,
+    refuse_plugin,
+)
+from .._hccl_strategy import HCCLStrategyMixin
+from ..checkpoint_io import HPUCheckpointIO
+from .fsdp_precision import HPUFSDPPrecision
+
+if TYPE_CHECKING:
+    from lightning.fabric.accelerators import Accelerator
+    from lightning.fabric.plugins import ClusterEnvironment
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
+
+    from lightning_accel.core.compat import PathType
+
+__all__ = ["HPUFSDPStrategy"]
+
+_STATE_DICT_TYPES = ("full", "sharded")
+
+
+class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
+    """Fabric's Fully Sharded Data Parallel over HCCL (``strategy="hpu_fsdp"``): torch FSDP on HPUs.
+
+    The arguments and behaviour are those of the Trainer's :class:`~lightning_accel.habana.HPUFSDPStrategy` with
+    Fabric's defaults (``state_dict_type="sharded"``) and without ``checkpoint_io`` (Fabric's FSDP writes its own
+    files); ``device_mesh`` takes a ``DeviceMesh`` only. ``fabric.all_reduce`` supports sum, mean, min and max.
+    Refused in lazy mode, as on Gaudi.
+
+    Raises:
+        ConfigurationError: For a ``state_dict_type`` other than ``"full"`` or ``"sharded"``, a ``device_mesh`` tuple,
+            a precision plugin other than :class:`HPUFSDPPrecision` (or Fabric's for an accepted precision), a non-HPU
+            accelerator, or the SDK in lazy mode.
+
+    Example:
+        >>> import torch
+        >>> from lightning.fabric import Fabric
+        >>> from lightning_accel.habana.fabric import HPUFSDPStrategy
+        >>> strategy = HPUFSDPStrategy(auto_wrap_policy={torch.nn.Linear})
+        >>> fabric = Fabric(accelerator="hpu", devices=2, strategy=strategy, precision="bf16-mixed")  # doctest: +SKIP
+    """
+
+    strategy_name = "hpu_fsdp"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        precision: Precision | None = None,
+        process_group_backend: str | None = "hccl",
+        timeout: timedelta | None = default_pg_timeout,
+        cpu_offload: bool | CPUOffload | None = None,
+        mixed_precision: MixedPrecision | None = None,
+        auto_wrap_policy: set[type[torch.nn.Module]] | Callable[..., bool] | Any | None = None,
+        activation_checkpointing: type[torch.nn.Module] | list[type[torch.nn.Module]] | None = None,
+        activation_checkpointing_policy: set[type[torch.nn.Module]] | Callable[..., bool] | Any | None = None,
+        sharding_strategy: ShardingStrategy | str = "FULL_SHARD",
+        state_dict_type: Literal["full", "sharded"] = "sharded",
+        device_mesh: DeviceMesh | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if state_dict_type not in _STATE_DICT_TYPES:
+            raise ConfigurationError(
+                f"HPUFSDPStrategy(state_dict_type={state_dict_type!r}) is not supported. Accepted: 'full' (one file, "
+                "gathered on rank 0) or 'sharded' (a folder with one shard per rank)."
+            )
+        refuse_device_mesh_tuple(device_mesh)
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            precision=precision,
+            process_group_backend=process_group_backend or sdk.distributed_backend(),
+            timeout=timeout,
+            cpu_offload=cpu_offload,
+            mixed_precision=mixed_precision,
+            auto_wrap_policy=auto_wrap_policy,
+            activation_checkpointing=activation_checkpointing,
+            activation_checkpointing_policy=activation_checkpointing_policy,
+            sharding_strategy=sharding_strategy,  # type: ignore[arg-type]
+            state_dict_type=state_dict_type,
+            device_mesh=device_mesh,
+            **kwargs,
+        )
+        self._full_on_device = state_dict_type == "full"
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        """This process's HPU as torch FSDP takes it: with an index (``hpu:0``)."""
+        return fsdp_device(parallel_root_device(self.parallel_devices, self.local_rank))
+
+    @property
+    @override
+    def precision(self) -> HPUFSDPPrecision:
+        """The precision plugin; a float32 :class:`HPUFSDPPrecision` until one is set."""
+        plugin = self._precision
+        if plugin is None:
+            return HPUFSDPPrecision("32-true")
+        assert isinstance(plugin, HPUFSDPPrecision)
+        return plugin
+
+    @precision.setter
+    @override
+    def precision(self, precision: Precision | None) -> None:
+        self._precision = None if precision is None else self._hpu_plugin(precision)
+
+    @staticmethod
+    def _hpu_plugin(plugin: Precision) -> HPUFSDPPrecision:
+        if isinstance(plugin, HPUFSDPPrecision):
+            return plugin
+        # What the connector builds for precision= (FSDPPrecision for an FSDP strategy), or the default float32.
+        if type(plugin) is FSDPPrecision:
+            return HPUFSDPPrecision(plugin.precision)
+        if type(plugin) is Precision:
+            return HPUFSDPPrecision("32-true")
+        raise refuse_plugin("HPUFSDPStrategy", plugin, "Fabric(precision=...)")
+
+    @override
+    def setup_environment(self) -> None:
+        """Check the accelerator and the SDK's mode, then join HCCL as Fabric's FSDP joins its process group.
+
+        Raises:
+            ConfigurationError: When the accelerator is not the HPU accelerator, or the SDK runs in lazy mode.
+        """
+        self._check_hpu_accelerator()
+        refuse_lazy_mode(type(self).__name__)
+        assert self.accelerator is not None
+        # Index-less, as on Gaudi: the runtime gives each process its card.
+        self.accelerator.setup_device(parallel_root_device(self.parallel_devices, self.local_rank))
+        self._setup_distributed()
+
+    @override
+    def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Move the module to the HPU (see ``_fsdp.move_to_hpu``), then wrap it in FSDP."""
+        move_to_hpu(module, self.root_device)
+        return super().setup_module(module)
+
+    @override
+    def save_checkpoint(
+        self,
+        path: PathType,
+        state: dict[str, Any],
+        storage_options: Any | None = None,
+        filter: dict[str, Callable[[str, Any], bool]] | None = None,
+    ) -> None:
+        """Save the state; for ``"full"``, gathered on rank 0's HPU and written atomically by :class:`HPUCheckpointIO`.
+
+        See ``_fsdp.full_state_dict_on_device`` for why the full state is not offloaded while it is gathered.
+
+        Raises:
+            TypeError: When ``storage_options`` is given.
+            ValueError: When ``state`` does not hold exactly one module set up with FSDP.
+            IsADirectoryError: When a full checkpoint would replace a directory.
+        """
+        if not self._full_on_device:
+            super().save_checkpoint(path, state, storage_options=storage_options, filter=filter)
+            return
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        if storage_options is not None:
+            raise TypeError(
+                f"HPUFSDPStrategy.save_checkpoint(..., storage_options={storage_options!r}) is not supported: FSDP "
+                "writes its own files. Remove storage_options."
+            )
+        target = Path(self.broadcast(path))
+        if target.is_dir():
+            raise IsADirectoryError(
+                f"The checkpoint path {str(target)!r} is a directory; state_dict_type='full' writes one file. Pass "
+                "a file path, or remove the directory."
+            )
+        modules = [
+            obj
+            for obj in state.values()
+            if isinstance(obj, torch.nn.Module) and any(isinstance(m, FSDP) for m in obj.modules())
+        ]
+        if len(modules) != 1:
+            raise ValueError(
+                f"The checkpoint state holds {len(modules)} modules set up with FSDP; a checkpoint holds exactly one. "
+                "Pass it as save_checkpoint(path, state={'model': model, 'optimizer': optimizer, ...}) with the "
+                "model returned by fabric.setup_module (save several models to several paths)."
+            )
+        full: dict[str, Any] = {}
+        with full_state_dict_on_device(modules[0]):
+            for key, obj in state.items():
+                if isinstance(obj, torch.nn.Module):
+                    converted = obj.state_dict()
+                elif isinstance(obj, torch.optim.Optimizer):
+                    converted = FSDP.optim_state_dict(modules[0], obj)
+                elif hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"):
+                    converted = obj.state_dict()
+                else:
+                    converted = obj
+                keep = (filter or {}).get(key)
+                if keep is not None and isinstance(converted, dict):
+                    converted = {k: v for k, v in converted.items() if keep(k, v)}
+                full[key] = converted
+        if self.global_rank == 0:
+            HPUCheckpointIO().save_checkpoint(full, target)
+
+    @override
+    def module_init_context(self, empty_init: bool | None = None) -> AbstractContextManager[Any]:
+        """Modules made in this context are made on the HPU (on the meta device with ``empty_init``)."""
+        stack = ExitStack()
+        stack.enter_context(super().module_init_context(empty_init))
+        if not empty_init:
+            stack.enter_context(self.root_device)
+        return stack
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register ``"hpu_fsdp"`` (the core does this from the plugin spec)."""
+        strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)

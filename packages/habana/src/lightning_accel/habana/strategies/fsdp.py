@@ -1,0 +1,230 @@
+"""Fully Sharded Data Parallel (torch FSDP) over HCCL for the Trainer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from contextlib import contextmanager, nullcontext
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+from lightning.pytorch.core.optimizer import LightningOptimizer
+from lightning.pytorch.plugins.precision import FSDPPrecision, Precision
+from lightning.pytorch.strategies import FSDPStrategy
+from typing_extensions import override
+
+from lightning_accel.core.errors import ConfigurationError
+
+from .. import sdk
+from .._devices import parallel_root_device
+from .._fsdp import fsdp_device, full_state_dict_on_device, move_to_hpu, refuse_lazy_mode, refuse_plugin
+from .._hccl_strategy import HCCLStrategyMixin
+from .._strategy_defaults import HPUCheckpointIODefault
+from ..fsdp_precision import HPUFSDPPrecision
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+    from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
+    from lightning.pytorch.accelerators import Accelerator
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
+    from torch.optim import Optimizer
+
+__all__ = ["HPUFSDPStrategy"]
+
+_STATE_DICT_TYPES = ("full", "sharded")
+
+
+class HPUFSDPStrategy(HCCLStrategyMixin, HPUCheckpointIODefault, FSDPStrategy):
+    """Fully Sharded Data Parallel over HCCL (``strategy="hpu_fsdp"``): torch FSDP on HPUs, one process per HPU.
+
+    Each rank keeps a shard of the parameters, gradients and optimizer state (with ``"FULL_SHARD"``, about
+    1/world size of them) and gathers the full parameters of a wrapped module only while it runs. Lightning's FSDP
+    strategy does the work; this class adds what differs on Gaudi: the ``"hccl"`` process group (joined without an
+    index-less ``device_id``, see :class:`~lightning_accel.habana.distributed.HCCLStrategyMixin`), the HPU torch FSDP
+    shards onto (``hpu:0``: each process drives one card), :class:`HPUFSDPPrecision` for ``precision=``, and
+    checkpoints of ``state_dict_type="full"`` written atomically by :class:`~lightning_accel.habana.HPUCheckpointIO`.
+    Intel Gaudi runs FSDP in eager mode only: the strategy refuses to start in lazy mode (``PT_HPU_LAZY_MODE=1``).
+
+    Args:
+        accelerator: The accelerator (normally set by the Trainer).
+        parallel_devices: The HPUs of this node, e.g. ``[torch.device("hpu")] * 8``; the Trainer's ``devices`` by
+            default.
+        cluster_environment: How processes find each other (Lightning picks one by default).
+        checkpoint_io: Checkpoint I/O of ``state_dict_type="full"``; :class:`HPUCheckpointIO` by default.
+        precision_plugin: :class:`HPUFSDPPrecision`; Lightning's plugin for ``precision="bf16-mixed"`` or
+            ``"32-true"`` becomes one. Other plugins are refused.
+        process_group_backend: The ``torch.distributed`` backend; ``"hccl"``.
+        timeout: Timeout of collective operations.
+        cpu_offload: Keep parameters (and gradients) on the host between uses: ``True`` or a
+            :class:`~torch.distributed.fsdp.CPUOffload`.
+        mixed_precision: A :class:`~torch.distributed.fsdp.MixedPrecision` that replaces the precision plugin's.
+        auto_wrap_policy: Which submodules become FSDP units (a set of layer classes, or a torch wrap policy).
+        activation_checkpointing: Deprecated by Lightning; use ``activation_checkpointing_policy``.
+        activation_checkpointing_policy: Which submodules recompute their activations in the backward pass (a set of
+            layer classes, or a torch wrap policy).
+        sharding_strategy: ``"FULL_SHARD"`` (default), ``"SHARD_GRAD_OP"``, ``"NO_SHARD"``, ``"HYBRID_SHARD"`` or a
+            :class:`~torch.distributed.fsdp.ShardingStrategy`.
+        state_dict_type: ``"full"`` (one file, gathered on rank 0) or ``"sharded"`` (a folder, one shard per rank).
+        device_mesh: ``(replicas, shards)`` or a ``DeviceMesh`` for ``"HYBRID_SHARD"``; built on the HPUs.
+        **kwargs: Passed to :class:`torch.distributed.fsdp.FullyShardedDataParallel`.
+
+    Raises:
+        ConfigurationError: For a ``state_dict_type`` other than ``"full"`` or ``"sharded"``, a precision plugin
+            other than :class:`HPUFSDPPrecision` (or Lightning's for an accepted precision), a non-HPU accelerator,
+            or the SDK in lazy mode.
+
+    Example:
+        >>> from lightning.pytorch import Trainer
+        >>> trainer = Trainer(accelerator="hpu", devices=2, strategy="hpu_fsdp")  # doctest: +SKIP
+        >>> import torch
+        >>> from lightning_accel.habana import HPUFSDPStrategy
+        >>> strategy = HPUFSDPStrategy(auto_wrap_policy={torch.nn.Linear}, state_dict_type="sharded")
+    """
+
+    strategy_name = "hpu_fsdp"
+    # Its own list: Lightning refuses names in FSDPStrategy's list unless the accelerator is CUDA.
+    _registered_strategies: list[str] = []  # noqa: RUF012
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+        process_group_backend: str | None = "hccl",
+        timeout: timedelta | None = default_pg_timeout,
+        cpu_offload: bool | CPUOffload | None = None,
+        mixed_precision: MixedPrecision | None = None,
+        auto_wrap_policy: set[type[torch.nn.Module]] | Callable[..., bool] | Any | None = None,
+        activation_checkpointing: type[torch.nn.Module] | list[type[torch.nn.Module]] | None = None,
+        activation_checkpointing_policy: set[type[torch.nn.Module]] | Callable[..., bool] | Any | None = None,
+        sharding_strategy: ShardingStrategy | str = "FULL_SHARD",
+        state_dict_type: Literal["full", "sharded"] = "full",
+        device_mesh: tuple[int, int] | DeviceMesh | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if state_dict_type not in _STATE_DICT_TYPES:
+            raise ConfigurationError(
+                f"HPUFSDPStrategy(state_dict_type={state_dict_type!r}) is not supported. Accepted: 'full' (one file, "
+                "gathered on rank 0) or 'sharded' (a folder with one shard per rank)."
+            )
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend or sdk.distributed_backend(),
+            timeout=timeout,
+            cpu_offload=cpu_offload,
+            mixed_precision=mixed_precision,
+            auto_wrap_policy=auto_wrap_policy,
+            activation_checkpointing=activation_checkpointing,
+            activation_checkpointing_policy=activation_checkpointing_policy,
+            sharding_strategy=sharding_strategy,  # type: ignore[arg-type]
+            state_dict_type=state_dict_type,
+            device_mesh=device_mesh,
+            **kwargs,
+        )
+        self._full_on_device = state_dict_type == "full"
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        """This process's HPU as torch FSDP takes it: with an index (``hpu:0``)."""
+        return fsdp_device(parallel_root_device(self.parallel_devices, self.local_rank))
+
+    @property
+    @override
+    def precision_plugin(self) -> HPUFSDPPrecision:
+        """The precision plugin; a float32 :class:`HPUFSDPPrecision` until one is set."""
+        plugin = self._precision_plugin
+        if plugin is None:
+            return HPUFSDPPrecision("32-true")
+        assert isinstance(plugin, HPUFSDPPrecision)
+        return plugin
+
+    @precision_plugin.setter
+    @override
+    def precision_plugin(self, precision_plugin: Precision | None) -> None:
+        self._precision_plugin = None if precision_plugin is None else self._hpu_plugin(precision_plugin)
+
+    @staticmethod
+    def _hpu_plugin(plugin: Precision) -> HPUFSDPPrecision:
+        if isinstance(plugin, HPUFSDPPrecision):
+            return plugin
+        # What the connector builds for precision= (FSDPPrecision for an FSDP strategy), or the default float32.
+        if type(plugin) is FSDPPrecision:
+            return HPUFSDPPrecision(plugin.precision)
+        if type(plugin) is Precision:
+            return HPUFSDPPrecision("32-true")
+        raise refuse_plugin("HPUFSDPStrategy", plugin, "Trainer(precision=...)")
+
+    @override
+    def setup_environment(self) -> None:
+        """Check the accelerator and the SDK's mode, then join HCCL as Lightning's FSDP joins its process group.
+
+        Raises:
+            ConfigurationError: When the accelerator is not the HPU accelerator, or the SDK runs in lazy mode.
+        """
+        self._check_hpu_accelerator()
+        refuse_lazy_mode(type(self).__name__)
+        assert self.accelerator is not None
+        # Index-less, as on Gaudi: the runtime gives each process its card.
+        self.accelerator.setup_device(parallel_root_device(self.parallel_devices, self.local_rank))
+        self.setup_distributed()
+        mesh = self.kwargs.get("device_mesh")
+        if isinstance(mesh, tuple):
+            from torch.distributed.device_mesh import init_device_mesh
+
+            # Lightning builds it on "cuda"; here it is the HPUs'.
+            self.kwargs["device_mesh"] = init_device_mesh(sdk.DEVICE_TYPE, mesh)
+
+    @override
+    def setup(self, trainer: pl.Trainer) -> None:
+        """Move the model to the HPU (see ``_fsdp.move_to_hpu``), then wrap it in FSDP."""
+        assert self.model is not None
+        move_to_hpu(self.model, self.root_device)
+        super().setup(trainer)
+
+    @override
+    def lightning_module_state_dict(self) -> dict[str, Any]:
+        """The model's state: gathered on rank 0 for ``"full"`` (see ``_fsdp.full_state_dict_on_device``)."""
+        if not self._full_on_device:
+            return super().lightning_module_state_dict()
+        assert self.model is not None
+        with full_state_dict_on_device(self.model):
+            return self.model.state_dict()
+
+    @override
+    def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        """An optimizer's state: for ``"full"`` gathered on rank 0 and keyed by parameter index, as Lightning's."""
+        if not self._full_on_device:
+            return super().optimizer_state(optimizer)
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import OptimStateKeyType
+
+        if isinstance(optimizer, LightningOptimizer):
+            optimizer = optimizer.optimizer
+        assert self.model is not None
+        with full_state_dict_on_device(self.model):
+            state: dict[str, Any] = FSDP.optim_state_dict(self.model, optimizer)
+            if self.global_rank == 0:
+                state = FSDP.rekey_optim_state_dict(state, OptimStateKeyType.PARAM_ID, self.model)
+            return state
+
+    @contextmanager
+    @override
+    def tensor_init_context(self, empty_init: bool | None = None) -> Generator[None, None, None]:
+        """Modules made in ``configure_model`` are made on the HPU (on the meta device with ``empty_init``)."""
+        with super().tensor_init_context(empty_init), nullcontext() if empty_init else self.root_device:
+            yield
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register ``"hpu_fsdp"`` (the core does this from the plugin spec)."""
+        strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)

@@ -1,0 +1,210 @@
+"""FSDP on HPUs (``strategy="hpu_fsdp"``): two real processes over emulated HCCL, and the errors for bad input."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from _habana_helpers import PYTHON, SCRIPTS, free_port, script_env
+from lightning.fabric import Fabric
+
+from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.habana import HPUAccelerator, HPUFSDPPrecision, HPUFSDPStrategy, HPUPrecisionPlugin, sdk
+from lightning_accel.habana import fabric as hpu_fabric
+
+
+def _run(script: str, out: Path, *args: str) -> list[dict[str, Any]]:
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    command = [PYTHON, str(SCRIPTS / script), "--out", str(out), *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+def _check_half_each(local: list[int], total: int) -> None:
+    # FULL_SHARD: each rank holds its half of the flat parameter (FSDP pads it to a multiple of the world size).
+    assert sum(local) == total
+    assert all(abs(n - total / 2) <= 8 for n in local), local
+
+
+# --- two processes ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sharded", [False, True], ids=["full-by-name", "sharded-instance"])
+def test_trainer_fsdp_shards_trains_and_resumes(tmp_path: Path, sharded: bool) -> None:
+    results = _run("fsdp_fit.py", tmp_path, *(["--sharded"] if sharded else []))
+    for result in results:
+        assert result["strategy"] == "HPUFSDPStrategy"
+        assert result["plugin"] == "HPUFSDPPrecision"
+        assert result["backend"] == "hccl"
+        assert result["mixed_precision"] == [torch.float32, torch.bfloat16, torch.float32]
+        assert result["state_dict_type"] == ("sharded" if sharded else "full")
+        assert result["first"]["devices"] == ["hpu", "hpu"]  # batch and parameters inside training_step
+    _check_half_each([r["first"]["local_numel"] for r in results], results[0]["total_numel"])
+    assert min(r["first_val_acc"] for r in results) > 0.85
+    for result in results:
+        first, second = result["first"], result["second"]
+        # The resumed run starts where the saved one ended: step, weights and optimizer state.
+        assert second["start_step"] == first["end_step"] > 0
+        assert all(torch.equal(a, b) for a, b in zip(first["end_shards"], second["start_shards"], strict=True))
+        assert second["start_optimizer_steps"]
+        assert set(second["start_optimizer_steps"]) == {float(first["end_step"])}
+        assert second["end_step"] > second["start_step"]
+        assert result["second_val_acc"] > 0.85
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("full", [False, True], ids=["sharded-by-name", "full-instance"])
+def test_fabric_fsdp_shards_trains_saves_and_loads(tmp_path: Path, full: bool) -> None:
+    # full: auto-wrapped Linear layers with activation checkpointing, one epoch (enough to check the round trip).
+    results = _run("fabric_fsdp.py", tmp_path, *(["--full", "--epochs", "1"] if full else []))
+    _check_half_each([r["local_numel"] for r in results], results[0]["total_numel"])
+    for result in results:
+        assert result["strategy"] == "HPUFSDPStrategy"
+        assert result["plugin"] == "HPUFSDPPrecision"
+        assert result["param_device"] == "hpu"
+        assert result["accuracy"] > (0.7 if full else 0.85)
+        assert result["same_weights"]
+        assert result["loaded_accuracy"] == result["accuracy"]
+        assert result["epochs"] == (1 if full else 3)
+        assert result["optimizer_steps"]
+        assert len(set(result["optimizer_steps"])) == 1
+        assert result["checkpoint_is_dir"] is not full
+
+
+# --- selection and registration -------------------------------------------------------------------------------------
+
+
+def test_hpu_fsdp_by_name_in_both_trees_and_fabric() -> None:
+    import pytorch_lightning
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    trainer = pl.Trainer(accelerator="hpu", devices=2, strategy="hpu_fsdp", precision="bf16-mixed", logger=False)
+    assert isinstance(trainer.strategy, HPUFSDPStrategy)
+    assert isinstance(trainer.strategy.precision_plugin, HPUFSDPPrecision)
+    assert trainer.strategy.precision_plugin.precision == "bf16-mixed"
+    assert trainer.strategy.root_device == torch.device("hpu", 0)
+    assert "hpu_fsdp" not in FSDPStrategy.get_registered_strategies()  # Lightning would demand CUDA for it
+
+    twin = pytorch_lightning.Trainer(accelerator="hpu", devices=2, strategy="hpu_fsdp", logger=False)
+    assert type(twin.strategy).__name__ == "HPUFSDPStrategy"
+    assert isinstance(twin.strategy, pytorch_lightning.strategies.FSDPStrategy)
+    assert twin.strategy.precision_plugin.precision == "32-true"
+
+    fabric = Fabric(accelerator="hpu", devices=2, strategy="hpu_fsdp", precision="bf16-mixed")
+    assert isinstance(fabric.strategy, hpu_fabric.HPUFSDPStrategy)
+    assert isinstance(fabric.strategy.precision, hpu_fabric.HPUFSDPPrecision)
+
+
+def test_defaults_are_built_per_instance() -> None:
+    first, second = HPUFSDPStrategy(), HPUFSDPStrategy()
+    assert first.checkpoint_io is not second.checkpoint_io
+    assert first.precision_plugin is not second.precision_plugin
+    assert first.parallel_devices is None  # the Trainer's devices, not a list built at import
+    assert first.precision_plugin.precision == "32-true"
+    assert first.cpu_offload is not None and not first.cpu_offload.offload_params
+    assert HPUFSDPStrategy(cpu_offload=True).cpu_offload.offload_params
+
+
+# --- bad input --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["16-mixed", "bf16-true"])
+def test_precisions_fsdp_does_not_run_on_hpus_are_refused(precision: str) -> None:
+    match = (
+        rf"HPUFSDPPrecision\(precision='{precision}'\) is not supported\. Accepted: 'bf16-mixed' or '32-true'\. "
+        r"FSDP on HPUs keeps float32 weights"
+    )
+    with pytest.raises(ConfigurationError, match=match):
+        pl.Trainer(accelerator="hpu", devices=2, strategy="hpu_fsdp", precision=precision, logger=False)
+    with pytest.raises(ConfigurationError, match=match):
+        Fabric(accelerator="hpu", devices=2, strategy="hpu_fsdp", precision=precision)
+    with pytest.raises(ConfigurationError, match=match):
+        HPUFSDPPrecision(precision)
+
+
+def test_a_precision_plugin_that_does_not_fit_is_refused() -> None:
+    match = (
+        r"HPUFSDPStrategy cannot use the precision plugin HPUPrecisionPlugin \(precision='bf16-mixed'\): torch FSDP "
+        r"casts parameters and gradients itself, so the strategy needs HPUFSDPPrecision\. Accepted: "
+        r"Trainer\(precision=\.\.\.\) with 'bf16-mixed' or '32-true', or plugins=\[HPUFSDPPrecision\('bf16-mixed'\)\]"
+    )
+    with pytest.raises(ConfigurationError, match=match):
+        pl.Trainer(
+            accelerator="hpu", devices=2, strategy="hpu_fsdp", plugins=[HPUPrecisionPlugin("bf16-mixed")], logger=False
+        )
+    with pytest.raises(ConfigurationError, match=r"cannot use the precision plugin HPUPrecision .*Fabric\(precision"):
+        hpu_fabric.HPUFSDPStrategy(precision=hpu_fabric.HPUPrecision("bf16-mixed"))
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match=r"HPUFSDPPrecision\(recipe=None, replace_layers=True\) is not"):
+        HPUFSDPPrecision("bf16-mixed", replace_layers=True)
+    with pytest.raises(
+        ConfigurationError, match=r"HPUFSDPPrecision\(device='cuda'\) is not supported\. Accepted: 'hpu'"
+    ):
+        hpu_fabric.HPUFSDPPrecision("bf16-mixed", device="cuda")
+    match = r"HPUFSDPStrategy\(state_dict_type='local'\) is not supported\. Accepted: 'full' .* or 'sharded'"
+    with pytest.raises(ConfigurationError, match=match):
+        HPUFSDPStrategy(state_dict_type="local")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=match):
+        hpu_fabric.HPUFSDPStrategy(state_dict_type="local")  # type: ignore[arg-type]
+    with pytest.raises(
+        ConfigurationError, match=r"device_mesh=\(1, 2\) is not supported by the Fabric HPUFSDPStrategy"
+    ):
+        hpu_fabric.HPUFSDPStrategy(device_mesh=(1, 2))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("tree", ["trainer", "fabric"])
+def test_lazy_mode_is_refused(tree: str, lazy_mode: None) -> None:
+    # Intel Gaudi runs FSDP in eager mode only (see lightning_accel.habana._fsdp for the sources).
+    if tree == "trainer":
+        strategy: Any = HPUFSDPStrategy(accelerator=HPUAccelerator(), parallel_devices=[torch.device("hpu")] * 2)
+    else:
+        strategy = hpu_fabric.HPUFSDPStrategy(
+            accelerator=hpu_fabric.HPUAccelerator(), parallel_devices=[torch.device("hpu")] * 2
+        )
+    match = r"HPUFSDPStrategy needs the Habana SDK in eager mode, but it loaded in lazy mode \(PT_HPU_LAZY_MODE=1\)"
+    with pytest.raises(ConfigurationError, match=match):
+        strategy.setup_environment()
+
+
+def test_a_non_hpu_accelerator_is_refused(tmp_path: Path) -> None:
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    trainer = pl.Trainer(
+        accelerator="cpu", strategy=HPUFSDPStrategy(), devices=1, max_steps=1, logger=False, default_root_dir=tmp_path
+    )
+    with pytest.raises(
+        ConfigurationError, match=r"HPUFSDPStrategy runs on HPUs, but the accelerator is CPUAccelerator"
+    ):
+        trainer.fit(BoringModel())
+
+
+# --- what torch FSDP needs of the device ----------------------------------------------------------------------------
+
+
+def test_set_and_record_stream_on_hpu_tensors() -> None:
+    from torch.utils._mode_utils import no_dispatch
+
+    sdk.ht_module()
+    flat = torch.zeros(6, device="hpu")
+    shard = torch.arange(3.0, device="hpu")
+    assert flat.set_(shard) is flat  # FSDP shards its flat parameter this way
+    assert flat.shape == (3,)
+    shard.add_(1)
+    assert flat.cpu().tolist() == [1.0, 2.0, 3.0]  # one storage, as set_ promises
+    with no_dispatch():  # FSDP calls record_stream below the Python key
+        flat.record_stream(torch.hpu.current_stream())
+
+
+@pytest.mark.emulator_only  # on Gaudi the HPU is a built-in device type, which takes the swap
+def test_a_host_tensor_cannot_become_the_data_of_an_emulated_hpu_tensor() -> None:
+    param = torch.nn.Parameter(torch.zeros(3, device="hpu"))
+    with pytest.raises(NotImplementedError, match=r"cannot take a cpu tensor through `tensor.data = \.\.\.`"):
+        param.data = torch.ones(3)
