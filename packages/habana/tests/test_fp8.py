@@ -172,9 +172,10 @@ def test_fp8_scales_survive_a_state_dict_round_trip(te: Any) -> None:
 
 def test_fabric_trains_in_fp8(te: Any) -> None:
     torch.manual_seed(0)
-    fabric = Fabric(accelerator="hpu", devices=1, plugins=[HPUPrecision("fp8")])
+    plugin = HPUPrecision("fp8")
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    fabric._precision.convert_modules(model, replace_layers=True, recipe=te.recipe.DelayedScaling(amax_history_len=4))
+    plugin.convert_modules(model, replace_layers=True, recipe=te.recipe.DelayedScaling(amax_history_len=4))
+    fabric = Fabric(accelerator="hpu", devices=1, plugins=[plugin])
     assert sum(isinstance(m, te.Linear) for m in model.modules()) == 2
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     model, optimizer = fabric.setup(model, optimizer)
