@@ -48,6 +48,7 @@ __all__ = [
     "lightning_version",
     "misconfiguration_exception",
     "registries",
+    "set_num_threads_if_needed",
 ]
 
 # The range whose connector code the selection wraps were written against and tested with: 2.3 is the newest
@@ -170,6 +171,16 @@ def init_dist_connection(cluster_environment: Any, backend: str, **kwargs: Any) 
     _init_dist_connection(cluster_environment, backend, **kwargs)
 
 
+def set_num_threads_if_needed(num_processes: int) -> None:
+    """Lightning's ``_set_num_threads_if_needed``: share the host's threads among the processes of a run.
+
+    Lightning's launchers call it; both trees' copies do the same.
+    """
+    from lightning.fabric.utilities.distributed import _set_num_threads_if_needed
+
+    _set_num_threads_if_needed(num_processes=num_processes)
+
+
 # --- every private Lightning name the project touches ---
 
 NameKind = Literal["class", "function", "method", "attribute", "instance_attribute"]
@@ -224,6 +235,7 @@ class PrivateName:
 _SELECTION = ("lightning_accel.core.selection",)
 _TRAINER_CONNECTOR = "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector"
 _FABRIC_CONNECTOR = "lightning.fabric.connector:_Connector"
+_RANK_WATCH = ("lightning_accel.core.rank_watch",)
 _HCCL = ("lightning_accel.habana._hccl_strategy",)
 _DEEPSPEED = "lightning.pytorch.strategies:DeepSpeedStrategy"
 _DS_USER = ("lightning_accel.deepspeed_hpu.strategy",)
@@ -257,6 +269,23 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.fabric.utilities.distributed", "_init_dist_connection", "function",
                 ("cluster_environment", "torch_distributed_backend", "global_rank", "world_size", "kwargs"), "called",
                 ("lightning_accel.core.compat", *_HCCL)),
+    # The rank watchers (core.rank_watch): Lightning's subprocess launchers, with the observer replaced.
+    *(
+        name
+        for tree in ("pytorch", "fabric")
+        for name in (
+            PrivateName(f"lightning.{tree}.strategies.launchers.subprocess_script", "_SubprocessScriptLauncher",
+                        "class", None, "overridden", _RANK_WATCH),
+            PrivateName(f"lightning.{tree}.strategies.launchers.subprocess_script:_SubprocessScriptLauncher",
+                        "_call_children_scripts", "method", ("self",), "called", _RANK_WATCH),
+            PrivateName(f"lightning.{tree}.strategies:DDPStrategy", "_configure_launcher", "method", ("self",),
+                        "overridden", _HCCL),
+            PrivateName(f"lightning.{tree}.strategies:DDPStrategy", "_launcher", "instance_attribute", None, "read",
+                        _HCCL),
+        )
+    ),
+    PrivateName("lightning.fabric.utilities.distributed", "_set_num_threads_if_needed", "function",
+                ("num_processes",), "called", ("lightning_accel.core.compat", *_RANK_WATCH)),
     # Types used in vendor annotations.
     PrivateName("lightning.fabric.accelerators.registry", "_AcceleratorRegistry", "class", None, "imported",
                 ("lightning_accel.habana.accelerator", "lightning_accel.habana.fabric.accelerator")),

@@ -12,7 +12,9 @@ Every multi-HPU strategy of lightning-accel is a Lightning strategy (``DDPStrate
   index", ``torch.distributed.distributed_c10d.init_process_group``); the archived lightning-habana left it out too;
 - DDP must not pin device ids;
 - reductions with the operations HCCL supports (no average: the mean is sum / world size);
-- teardown restores the environment variables the HPU set-up wrote.
+- teardown restores the environment variables the HPU set-up wrote;
+- when Lightning launches the ranks itself, a rank that dies ends the run with a message naming it
+  (:mod:`lightning_accel.core.rank_watch`).
 
 The mixin imports no Lightning tree of its own, so it fits ``lightning.pytorch``, ``lightning.fabric`` and their
 ``pytorch_lightning`` twins.
@@ -24,6 +26,7 @@ from typing import Any
 
 import torch
 
+from lightning_accel.core import rank_watch
 from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
@@ -79,7 +82,14 @@ class HCCLStrategyMixin:
             ConfigurationError: When the accelerator is not the HPU accelerator.
         """
         self._check_hpu_accelerator()
+        environment = self.cluster_environment
+        rank_watch.start_run(environment.node_rank() * self.num_processes + environment.local_rank())  # type: ignore[attr-defined]
         super().setup_environment()  # type: ignore[misc]
+
+    def _configure_launcher(self) -> None:
+        # Lightning's launcher, with a watcher that names a rank that dies (see lightning_accel.core.rank_watch).
+        super()._configure_launcher()  # type: ignore[misc]
+        rank_watch.watch_ranks(self._launcher)  # type: ignore[attr-defined]
 
     def _join_hccl(self, world_size: int, global_rank: int, local_rank: int) -> None:
         # Imported here: this module must not import a Lightning tree of its own at import time.
@@ -132,3 +142,4 @@ class HCCLStrategyMixin:
         """Tear down as the Lightning strategy does, then undo the environment variables the HPU set-up wrote."""
         super().teardown()  # type: ignore[misc]
         self._hccl.restore()
+        rank_watch.finish_run()
