@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from _habana_helpers import PYTHON, digits_classifier, digits_loaders, script_env
+from _habana_helpers import PYTHON, SCRIPTS, digits_classifier, digits_loaders, free_port, script_env
 from lightning.fabric import Fabric
 from lightning.pytorch import Trainer
 
@@ -168,6 +168,32 @@ def test_fp8_scales_survive_a_state_dict_round_trip(te: Any) -> None:
     for key in ("scaling_fwd", "scaling_bwd", "scaling_hybrid"):
         torch.testing.assert_close(fresh.fp8_meta[key].scale, layer.fp8_meta[key].scale)
         torch.testing.assert_close(fresh.fp8_meta[key].amax_history, layer.fp8_meta[key].amax_history)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("reduce_amax", "scales"), [("1", [32.0, 32.0]), ("0", [64.0, 32.0])])
+def test_amaxes_are_reduced_over_the_processes_unless_the_recipe_says_not(
+    reduce_amax: str, scales: list[float]
+) -> None:
+    # Rank 0's input peaks at 3, rank 1's at 6: reduced, both scale by 2 ** floor(log2(240 / 6)) = 32.
+    port = str(free_port())
+    ranks = [
+        subprocess.Popen(
+            [PYTHON, str(SCRIPTS / "fp8_amax_reduce.py"), reduce_amax],
+            env=script_env(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    reports = {}
+    for proc in ranks:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        report = json.loads(out.strip().splitlines()[-1])
+        reports[report["rank"]] = report["scale"]
+    assert [reports[0], reports[1]] == scales
 
 
 def test_fabric_trains_in_fp8(te: Any) -> None:
