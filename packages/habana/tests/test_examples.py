@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 from _habana_helpers import PYTHON, script_env
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "habana"
@@ -51,3 +52,14 @@ def test_fp8_example_trains_in_fp8_and_is_refused_on_first_generation_gaudi(tmp_
     assert float(out.rsplit("validation accuracy in fp8:", 1)[1].split()[0]) > 0.9
     refused = _run("fp8_training.py", tmp_path, LIGHTNING_ACCEL_EMULATE_HPU_TYPE="gaudi")
     assert "fp8 available: False FP8 not supported on Gaudi, Gaudi2 or higher required" in refused
+
+
+@pytest.mark.slow
+def test_fsdp_example_shards_over_two_hpus_and_trains(tmp_path: Path) -> None:
+    out = _run("fsdp.py", tmp_path)
+    assert sorted(line for line in out.splitlines() if line.startswith("rank ")) == [
+        "rank 0 holds 4805 of 9610 parameters",
+        "rank 1 holds 4805 of 9610 parameters",
+    ]
+    assert float(out.rsplit("validation accuracy:", 1)[1].split()[0]) > 0.8
+    assert (tmp_path / "fsdp.ckpt").is_file()
