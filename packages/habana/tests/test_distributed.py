@@ -72,19 +72,18 @@ def test_a_non_hpu_accelerator_is_refused_instead_of_training_elsewhere(tree: st
 
         from lightning_accel.habana import HPUParallelStrategy
 
-        trainer = pl.Trainer(
-            accelerator="cpu", strategy=HPUParallelStrategy(), devices=1, max_steps=1, default_root_dir=tmp_path
-        )
+        # Refused when the Trainer is built, before any rank is launched.
         with pytest.raises(ConfigurationError, match=match):
-            trainer.fit(BoringModel())
+            pl.Trainer(
+                accelerator="cpu", strategy=HPUParallelStrategy(), devices=1, max_steps=1, default_root_dir=tmp_path
+            ).fit(BoringModel())
     else:
         from lightning.fabric import Fabric
 
         from lightning_accel.habana.fabric import HPUParallelStrategy as FabricHPUParallelStrategy
 
-        fabric = Fabric(accelerator="cpu", strategy=FabricHPUParallelStrategy(), devices=1)
         with pytest.raises(ConfigurationError, match=match):
-            fabric.launch()
+            Fabric(accelerator="cpu", strategy=FabricHPUParallelStrategy(), devices=1).launch()
 
 
 DEVICE_ID_SCRIPT = """

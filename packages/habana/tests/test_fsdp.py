@@ -177,13 +177,18 @@ def test_lazy_mode_is_refused(tree: str, lazy_mode: None) -> None:
 def test_a_non_hpu_accelerator_is_refused(tmp_path: Path) -> None:
     from lightning.pytorch.demos.boring_classes import BoringModel
 
-    trainer = pl.Trainer(
-        accelerator="cpu", strategy=HPUFSDPStrategy(), devices=1, max_steps=1, logger=False, default_root_dir=tmp_path
-    )
+    # Refused when the Trainer is built, before any rank is launched.
     with pytest.raises(
         ConfigurationError, match=r"HPUFSDPStrategy runs on HPUs, but the accelerator is CPUAccelerator"
     ):
-        trainer.fit(BoringModel())
+        pl.Trainer(
+            accelerator="cpu",
+            strategy=HPUFSDPStrategy(),
+            devices=1,
+            max_steps=1,
+            logger=False,
+            default_root_dir=tmp_path,
+        ).fit(BoringModel())
 
 
 # --- what torch FSDP needs of the device ----------------------------------------------------------------------------

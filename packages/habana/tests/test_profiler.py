@@ -124,3 +124,28 @@ def test_without_hpus_the_profiler_says_it_records_the_cpu_only(clean_env: pytes
     clean_env.setattr(sdk, "is_sdk_installed", lambda: False)
     with pytest.warns(UserWarning, match=r"HPUProfiler records CPU activity only: no HPU can be used in this process"):
         assert profiler_module._activities() == [ProfilerActivity.CPU]
+
+
+def test_habana_profile_set_is_said_when_profiling_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HABANA_PROFILE", "1")
+    profiler = HPUProfiler(dirpath=tmp_path, filename="profile")
+    trainer = Trainer(
+        accelerator="hpu",
+        devices=1,
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        profiler=profiler,
+    )
+    with pytest.warns(UserWarning, match=r"HABANA_PROFILE='1' turns on the Intel Gaudi profiling subsystem"):
+        trainer.fit(digits_classifier(), digits_loaders()[0])
+
+
+def test_a_dirpath_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "traces").write_text("not a directory")
+    with pytest.raises(
+        ConfigurationError, match=r"HPUProfiler\(dirpath='.*traces'\) is a file\. Accepted: a directory"
+    ):
+        HPUProfiler(dirpath=tmp_path / "traces")

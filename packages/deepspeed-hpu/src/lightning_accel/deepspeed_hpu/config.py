@@ -61,6 +61,22 @@ def validate_stage(stage: Any, source: str = "stage") -> int:
     return stage
 
 
+_OFFLOAD_DEVICES = ("cpu", "nvme")
+
+
+def validate_offload_device(device: Any, argument: str) -> None:
+    """Refuse an offload device DeepSpeed does not have (it knows ``"cpu"`` and ``"nvme"``).
+
+    Raises:
+        ConfigurationError: Naming ``argument``, the value and the accepted devices.
+    """
+    if device not in _OFFLOAD_DEVICES:
+        raise ConfigurationError(
+            f"{argument}={device!r} is not an offload device. Accepted: 'cpu' (host memory) or 'nvme' (with "
+            "nvme_path=...). Fix: pass one of these; the HPU itself is where nothing is offloaded."
+        )
+
+
 def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The user's config: a dict, a JSON file path, or the file named by ``PL_DEEPSPEED_CONFIG_PATH``; else ``None``.
 
@@ -94,8 +110,9 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | None) -> di
 
 def _read_json(path: Path, source: str) -> Any:
     if not path.is_file():
+        what = "a directory, not a file" if Path(path).is_dir() else "no such file"
         raise ConfigurationError(
-            f"{source}={str(path)!r}: no such file. Accepted: the path of an existing DeepSpeed JSON config, or a dict."
+            f"{source}={str(path)!r}: {what}. Accepted: the path of an existing DeepSpeed JSON config, or a dict."
             " Check the path (relative paths start at the working directory, now "
             f"{os.getcwd()!r})."
         )

@@ -79,11 +79,23 @@ class InferenceSettings:
 
     @property
     def tp_size(self) -> int:
-        """The tensor-parallel size (1 without tensor parallelism)."""
+        """The tensor-parallel size (1 without tensor parallelism).
+
+        Raises:
+            ConfigurationError: When ``tp_size`` is not a positive int.
+        """
         tensor_parallel = self.options.get("tensor_parallel")
         if isinstance(tensor_parallel, Mapping):
-            return int(tensor_parallel.get("tp_size", 1))
-        return int(getattr(tensor_parallel, "tp_size", 1) or 1)
+            size = tensor_parallel.get("tp_size", 1)
+        else:
+            size = getattr(tensor_parallel, "tp_size", 1)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigurationError(
+                f"tensor_parallel={{'tp_size': {size!r}}} is not a tensor-parallel size. Accepted: a positive int that "
+                "divides the number of processes (devices x num_nodes), e.g. tensor_parallel={'tp_size': 2} on 2 HPUs. "
+                "Fix: pass such an int, or leave tensor_parallel out."
+            )
+        return size
 
     def validate(self, world_size: int, has_inference_kernels: bool, lazy: bool) -> None:
         """Refuse what cannot run here: kernel injection, graphs, a TP size that does not divide the world.

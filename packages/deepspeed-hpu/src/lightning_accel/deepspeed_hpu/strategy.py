@@ -163,6 +163,8 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
         # DeepSpeed picks its accelerator when it is first imported, which Lightning's __init__ does.
         prepare_deepspeed_import()
         ds_config.validate_stage(stage)
+        ds_config.validate_offload_device(offload_optimizer_device, "offload_optimizer_device")
+        ds_config.validate_offload_device(offload_params_device, "offload_params_device")
         given = {
             "zero_optimization": zero_optimization,
             "stage": stage,
@@ -234,6 +236,7 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
         ds_config.check_nvme_offload(self.config)
         check_config_optimizer(self.config)
         self.inference = InferenceSettings.merge(inference_config, kwargs)
+        self.inference.tp_size  # noqa: B018 - validates tensor_parallel now rather than at predict
 
     # --- devices and processes -------------------------------------------------------------------------------------
 

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from lightning_accel.core import rank_watch
-from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
+from ._accelerator_check import RequiresHPUAccelerator
 from ._collectives import all_reduce
 from ._devices import parallel_root_device
 from ._distributed_env import HCCLEnvironment
@@ -37,7 +37,7 @@ from ._distributed_env import HCCLEnvironment
 __all__ = ["HCCLStrategyMixin"]
 
 
-class HCCLStrategyMixin:
+class HCCLStrategyMixin(RequiresHPUAccelerator):
     """Mixin for a data-parallel strategy over HCCL; put it before the Lightning strategy it specialises.
 
     Example:
@@ -65,28 +65,19 @@ class HCCLStrategyMixin:
         """This process's HPU: ``parallel_devices[local_rank]``."""
         return parallel_root_device(self.parallel_devices, self.local_rank)  # type: ignore[attr-defined]
 
-    def _check_hpu_accelerator(self) -> None:
-        accelerator = self.accelerator  # type: ignore[attr-defined]
-        name = getattr(type(accelerator), "name", None)
-        if not callable(name) or name() != sdk.DEVICE_TYPE:
-            raise ConfigurationError(
-                f"{type(self).__name__} runs on HPUs, but the accelerator is {type(accelerator).__name__}. Accepted: "
-                f"accelerator='hpu' (or an HPUAccelerator instance). To train on another device, use that device's "
-                "strategy (e.g. strategy='ddp' with accelerator='cpu')."
-            )
-
     def setup_environment(self) -> None:
-        """Refuse a non-HPU accelerator, then set up as the Lightning strategy does.
+        """Start the rank watch, refuse a non-HPU accelerator, then set up as the Lightning strategy does.
 
         Raises:
             ConfigurationError: When the accelerator is not the HPU accelerator.
         """
-        self._check_hpu_accelerator()
         environment = self.cluster_environment
         rank_watch.start_run(environment.node_rank() * self.num_processes + environment.local_rank())  # type: ignore[attr-defined]
-        super().setup_environment()  # type: ignore[misc]
+        super().setup_environment()
 
     def _configure_launcher(self) -> None:
+        # Refused here already, when the Trainer or Fabric is built: later, the ranks would have been launched.
+        self._check_hpu_accelerator()
         # Lightning's launcher, with a watcher that names a rank that dies (see lightning_accel.core.rank_watch).
         super()._configure_launcher()  # type: ignore[misc]
         rank_watch.watch_ranks(self._launcher)  # type: ignore[attr-defined]

@@ -37,8 +37,9 @@ def read_operator_list(path: str | Path, argument: str) -> frozenset[str]:
     """
     file = Path(path)
     if not file.is_file():
+        what = "a directory, not a file" if Path(path).is_dir() else "no such file"
         raise ConfigurationError(
-            f"{argument}={str(path)!r}: no such file. Accepted: the path of a text file with {_FORMAT}. Check the "
+            f"{argument}={str(path)!r}: {what}. Accepted: the path of a text file with {_FORMAT}. Check the "
             "path (relative paths start from the working directory) or leave the argument out for the default list."
         )
     try:

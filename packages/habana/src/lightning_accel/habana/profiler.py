@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,21 @@ def _current_activities(requested: list[Any] | None) -> list[Any]:
     return resolved
 
 
+def _warn_if_the_sdk_profiler_is_on() -> None:
+    value = os.environ.get("HABANA_PROFILE", "")
+    if value in ("", "0"):
+        return
+    from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+    # Not an error: the SDK documents HABANA_PROFILE on its own, and how its profiling subsystem and a torch.profiler
+    # trace interact has not been seen on hardware here. Saying so beats two tools silently sharing a run.
+    rank_zero_warn(
+        f"HABANA_PROFILE={value!r} turns on the Intel Gaudi profiling subsystem (an .hltv trace set up with "
+        "hl-prof-config) while HPUProfiler records a torch.profiler trace. Profile with one at a time: unset "
+        "HABANA_PROFILE for HPUProfiler's trace, or drop HPUProfiler for the .hltv trace."
+    )
+
+
 class HPUProfiler(PyTorchProfiler):
     """Profile PyTorch operators on HPUs and write traces that Chrome tracing and TensorBoard open.
 
@@ -82,12 +98,18 @@ class HPUProfiler(PyTorchProfiler):
     """
 
     def __init__(self, dirpath: str | Path | None = None, filename: str | None = None, **kwargs: Any) -> None:
+        if dirpath is not None and os.path.exists(dirpath) and not os.path.isdir(dirpath):
+            raise ConfigurationError(
+                f"HPUProfiler(dirpath={str(dirpath)!r}) is a file. Accepted: a directory (created when missing), or "
+                "None for the Trainer's log directory. Fix: pass a directory path, or move the file away."
+            )
         requested = kwargs.get("activities")
         self._requested_activities = None if requested is None else list(requested)
         super().__init__(dirpath=dirpath, filename=filename, **kwargs)
 
     def _create_profilers(self) -> None:
         # By now the accelerator has loaded the SDK, which may have swapped torch.profiler's activity enum.
+        _warn_if_the_sdk_profiler_is_on()
         if self.profiler is None:
             self._profiler_kwargs["activities"] = _current_activities(self._requested_activities)
         super()._create_profilers()

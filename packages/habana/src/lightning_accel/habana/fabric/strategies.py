@@ -11,6 +11,7 @@ from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from typing_extensions import override
 
 from .. import sdk
+from .._accelerator_check import RequiresHPUAccelerator
 from .._devices import RootDevice
 from .._hccl_strategy import HCCLStrategyMixin
 from .._lazy import MarkStepAfterUpdates
@@ -41,7 +42,9 @@ class _HPUPrecisionSetter:
         self._precision = None if precision is None else HPUPrecision.from_lightning(precision)
 
 
-class SingleHPUStrategy(_HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, SingleDeviceStrategy):
+class SingleHPUStrategy(
+    RequiresHPUAccelerator, _HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, SingleDeviceStrategy
+):
     """Fabric strategy for one HPU (``strategy="hpu_single"``); closes the lazy graph after backward and step.
 
     Example:

@@ -8,6 +8,7 @@ import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
+from .._accelerator_check import RequiresHPUAccelerator
 from .._devices import RootDevice
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from .._strategy_defaults import HPUCheckpointIODefault
@@ -22,7 +23,12 @@ __all__ = ["SingleHPUStrategy"]
 
 
 class SingleHPUStrategy(
-    HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, MarkStepAroundEvaluation, SingleDeviceStrategy
+    RequiresHPUAccelerator,
+    HPUPrecisionSetter,
+    HPUCheckpointIODefault,
+    MarkStepAfterUpdates,
+    MarkStepAroundEvaluation,
+    SingleDeviceStrategy,
 ):
     """Train on one HPU (``strategy="hpu_single"``).
 
