@@ -63,11 +63,11 @@ def test_executor_freezes_options_and_resolves_the_default_output_mode(poptorch:
     assert training.options.toDict()["output_mode"] == poptorch.OutputMode.Final
 
 
-def test_anchor_mode_is_the_deprecated_output_mode(poptorch: ModuleType) -> None:
-    opts = poptorch.Options()
-    with pytest.warns(DeprecationWarning, match="use outputMode"):
-        opts.anchorMode(poptorch.AnchorMode.All)
-    assert opts.output_mode == poptorch.OutputMode.All
+def test_anchor_mode_is_gone_as_in_poptorch_3(poptorch: ModuleType) -> None:
+    # poptorch removed anchorMode/AnchorMode in 2.5 (commit 8e9693eb); OutputMode and outputMode replace them.
+    assert not hasattr(poptorch, "AnchorMode")
+    with pytest.raises(AttributeError, match=r"^Invalid attribute anchorMode\.$"):
+        poptorch.Options().anchorMode  # noqa: B018 - the read raises
 
 
 def test_every_n_needs_a_period(poptorch: ModuleType) -> None:

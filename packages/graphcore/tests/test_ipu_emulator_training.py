@@ -72,8 +72,20 @@ def test_optimizer_state_counts_the_device_updates(poptorch: ModuleType) -> None
     executor = poptorch.trainingModel(model, opts, optimizer)
     executor(*_data(48))
     executor(*_data(48))
-    assert optimizer.state[model.fc.weight]["step"].item() == 8
+    # poptorch's format: the state lives on the device and comes back as ipu_state, by parameter name.
+    state = optimizer.state_dict()
+    assert state["ipu_state"]["Step___fc.weight"].item() == 8
+    assert state["ipu_state"]["Accl2___fc.weight"].abs().sum() > 0
+    assert state["state"] == {}
     executor.destroy()
+
+
+def test_an_optimizer_state_without_ipu_keys_is_refused(poptorch: ModuleType) -> None:
+    model = Regression()
+    host_state = torch.optim.Adam(model.parameters()).state_dict()
+    optimizer = poptorch.optim.Adam(model.parameters(), lr=0.01)
+    with pytest.raises(RuntimeError, match=r"^Only IPU optimizer states can be loaded onto the IPU\.$"):
+        optimizer.load_state_dict(host_state)
 
 
 def test_accumulation_mean_matches_a_single_larger_batch(poptorch: ModuleType) -> None:

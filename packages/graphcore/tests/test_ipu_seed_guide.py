@@ -79,8 +79,8 @@ def test_custom_options_with_output_mode_all(tmp_path: Path) -> None:
     inference_opts.deviceIterations(32)
 
     training_opts = poptorch().Options()
-    with pytest.warns(DeprecationWarning):
-        training_opts.anchorMode(poptorch().AnchorMode.All)
+    # The seed's anchorMode(poptorch.AnchorMode.All): poptorch 3 calls it outputMode(poptorch.OutputMode.All).
+    training_opts.outputMode(poptorch().OutputMode.All)
     training_opts.deviceIterations(32)
 
     trainer = Trainer(

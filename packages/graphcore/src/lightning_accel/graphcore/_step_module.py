@@ -1,8 +1,13 @@
 """The module poptorch compiles: a LightningModule's step for the trainer's current stage.
 
-``self.log`` cannot run inside a compiled step (the step is traced once, on hardware). This module replaces it,
-for the duration of the step, by a recorder that turns every logged value into an extra output of the graph; the
-strategy then calls the real ``self.log`` on the host with the values of each host call.
+``self.log`` cannot run inside a compiled step: poptorch traces the step's Python once, when it compiles, and
+later host calls run the compiled program. This module replaces ``self.log``, for the duration of the step, by a
+recorder that turns every logged value into an extra output of the graph; the names and options of the logged
+values are known once the step has been traced, and the strategy then calls the real ``self.log`` on the host with
+the values each host call returns.
+
+poptorch traces a shallow copy of this module (``copy.copy``), so what the trace records goes into an object the
+copy shares with the original (:class:`LogBook`), never into an attribute assigned on the module.
 """
 
 from __future__ import annotations
@@ -14,9 +19,17 @@ from lightning.pytorch import LightningModule
 
 from lightning_accel.core.errors import ConfigurationError
 
-__all__ = ["LogRecord", "StepModule"]
+__all__ = ["LogBook", "LogRecord", "StepModule"]
 
 LogRecord = tuple[str, dict[str, Any]]
+
+
+class LogBook:
+    """The names and options of the values logged by the step traced last (shared by shallow copies)."""
+
+    def __init__(self) -> None:
+        self.records: list[LogRecord] = []
+        self.traces = 0
 
 
 class _LogRecorder:
@@ -53,7 +66,8 @@ class _LogRecorder:
 class StepModule(torch.nn.Module):
     """Runs ``training_step``/``validation_step``/``test_step``/``predict_step`` of ``module`` by trainer stage.
 
-    Its forward returns ``(step_output, logged_values)``; :attr:`log_records` names the logged values.
+    Its forward returns ``(step_output, logged_values)``; :attr:`log_book` names the logged values of the step traced
+    last, and counts the traces.
 
     Example:
         >>> from lightning.pytorch.demos.boring_classes import BoringModel
@@ -66,7 +80,7 @@ class StepModule(torch.nn.Module):
         super().__init__()
         self.module = module
         self._loss_marker = loss_marker
-        self.log_records: list[LogRecord] = []
+        self.log_book = LogBook()
 
     def _method(self) -> str:
         trainer = self.module.trainer
@@ -89,7 +103,8 @@ class StepModule(torch.nn.Module):
             object.__delattr__(self.module, "log")
         if method == "training_step":
             output = self._mark_loss(output)
-        self.log_records = recorder.records
+        self.log_book.records = recorder.records
+        self.log_book.traces += 1
         return output, tuple(recorder.values)
 
     def _mark_loss(self, output: Any) -> Any:

@@ -156,6 +156,8 @@ class IPUStrategy(ParallelStrategy):
         self._resolved_opts: dict[bool, Any] = {}
         self.poptorch_models: dict[Any, Any] = {}
         self._compiled_rows: dict[Any, int | None] = {}
+        self._log_records: dict[int, list[Any]] = {}
+        self._ipu_optimizer_state: dict[str, Any] | None = None
         self._step_module: StepModule | None = None
         self._device_optimizer: Any = None
         self._saved_engine_options: str | None = None
@@ -379,6 +381,7 @@ class IPUStrategy(ParallelStrategy):
         poptorch = self._poptorch
         self._step_module = StepModule(module, loss_marker=poptorch.identity_loss)
         if trainer.state.fn == TrainerFn.FITTING:
+            self._ipu_optimizer_state = None
             clip = trainer.gradient_clip_val
             self._device_optimizer = device_optimizer(
                 self.optimizers[0], poptorch, float(clip) if clip and clip > 0 else None
@@ -505,13 +508,17 @@ class IPUStrategy(ParallelStrategy):
             raise ConfigurationError(
                 f"poptorch could not compile the {_STAGE_NAMES[stage]} model: {err.message}\n{_HINT}"
             ) from err
-        self._log_on_host(logged)
+        if not compiled:
+            # The step's Python ran once, while this call compiled it: what it logged names this executor's outputs.
+            assert self._step_module is not None
+            self._log_records[id(executor)] = list(self._step_module.log_book.records)
+        self._log_on_host(self._log_records[id(executor)], logged)
         return output
 
-    def _log_on_host(self, logged: tuple[torch.Tensor, ...]) -> None:
+    def _log_on_host(self, records: list[Any], logged: tuple[torch.Tensor, ...]) -> None:
         module = self.lightning_module
-        assert module is not None and self._step_module is not None
-        for (name, kwargs), value in zip(self._step_module.log_records, logged, strict=True):
+        assert module is not None
+        for (name, kwargs), value in zip(records, logged, strict=True):
             # The device returns the value per micro-batch (or replica) the output mode keeps: log their mean.
             module.log(name, value.detach().float().mean(), **kwargs)
 
@@ -574,6 +581,34 @@ class IPUStrategy(ParallelStrategy):
         if executor is not None and self._device_optimizer is not None:
             sync_hyperparameters(self.optimizers[0], self._device_optimizer)
             executor.setOptimizer(self._device_optimizer)
+        if batch_idx == 0:
+            # Callbacks may have edited the host weights between epochs (weight averaging, pruning, rescaling).
+            self.copy_weights_to_device()
+
+    def copy_weights_to_device(self) -> None:
+        """Copy the host model's weights to the attached training model on the IPUs.
+
+        poptorch copies host weights to the device only when a model is compiled or attached, when
+        ``copyWeightsToDevice()`` or the executor's ``load_state_dict`` is called (poptorch 3.4
+        ``_poplar_executor.py:414-474``); an in-place edit of ``pl_module``'s parameters is otherwise never seen by
+        the device, and the next step overwrites it. The strategy calls this at the start of every training epoch;
+        a callback that edits the weights in the middle of an epoch calls it after its edit.
+
+        Example:
+            >>> class Shrink(Callback):  # doctest: +SKIP
+            ...     def on_train_batch_end(self, trainer, pl_module, *args):
+            ...         with torch.no_grad():
+            ...             for p in pl_module.parameters():
+            ...                 p.mul_(0.99)
+            ...         trainer.strategy.copy_weights_to_device()
+        """
+        executor = self.poptorch_models.get(RunningStage.TRAINING)
+        if executor is None or not executor.isAttachedToDevice():
+            # Compiling or attaching uploads the host weights anyway.
+            return
+        # The host copy first: the device's weights may be newer than the host's (poptorch copies them lazily).
+        executor.copyWeightsToHostIfNeeded()
+        executor.copyWeightsToDevice()
 
     @override
     def on_train_end(self) -> None:
@@ -595,18 +630,43 @@ class IPUStrategy(ParallelStrategy):
 
     @override
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The device optimizer's state (momentum, Adam moments), which the host optimizer never sees."""
-        if self._device_optimizer is not None and optimizer is self.optimizers[0]:
+        """The optimizer state in poptorch's format: ``{ipu_state, ipu_param, state, param_groups}``.
+
+        The device holds the optimizer's state (momentum, Adam moments) in ``ipu_state``; the host optimizer never
+        sees it. After fit, the device's last state is kept for checkpoints saved then.
+        """
+        if not self.optimizers or optimizer is not self.optimizers[0]:
+            return dict(optimizer.state_dict())
+        if self._device_optimizer is not None:
             sync_hyperparameters(optimizer, self._device_optimizer)
             return dict(self._device_optimizer.state_dict())
+        if self._ipu_optimizer_state is not None:
+            return {**self._ipu_optimizer_state, **optimizer.state_dict()}
         return dict(optimizer.state_dict())
 
     @override
     def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
+        """Resume the device optimizer from poptorch's state; a host optimizer's state starts it afresh, with a warning.
+
+        poptorch loads only its own format (``Only IPU optimizer states can be loaded onto the IPU.``), and the names
+        of the device's state tensors are the compiler's, so a checkpoint written by a torch optimizer on the host
+        (CPU, GPU) gives its hyper-parameters to the IPU optimizer but not its moments.
+        """
         super().load_optimizer_state_dict(checkpoint)
         states = checkpoint.get("optimizer_states") or []
-        if self._device_optimizer is not None and states:
-            self._device_optimizer.load_state_dict(states[0])
+        if self._device_optimizer is None or not states:
+            return
+        state = states[0]
+        if "ipu_state" in state and "ipu_param" in state:
+            self._device_optimizer.load_state_dict(state)
+            return
+        if state.get("state"):
+            rank_zero_warn(
+                "The checkpoint's optimizer state was saved by a torch optimizer on the host (no 'ipu_state'): its "
+                "momentum / moment buffers cannot be written to IPUs, so the IPU optimizer resumes without them "
+                "(hyper-parameters and step counts are restored). Resume from a checkpoint saved on IPUs to keep them."
+            )
+        sync_hyperparameters(self.optimizers[0], self._device_optimizer)
 
     @override
     def teardown(self) -> None:
@@ -615,11 +675,12 @@ class IPUStrategy(ParallelStrategy):
             self._trainer = None
         for executor in self.poptorch_models.values():
             executor.destroy()
-        if self._device_optimizer is not None and self.optimizers:
-            # Leave the host optimizer as current as the device's, for checkpoints saved after fit.
-            self.optimizers[0].load_state_dict(self._device_optimizer.state_dict())
+        if self._device_optimizer is not None:
+            # The device's last optimizer state, for checkpoints saved after fit.
+            self._ipu_optimizer_state = dict(self._device_optimizer.state_dict())
         self.poptorch_models.clear()
         self._compiled_rows.clear()
+        self._log_records.clear()
         self._step_module = None
         self._device_optimizer = None
         if self.autoreport:

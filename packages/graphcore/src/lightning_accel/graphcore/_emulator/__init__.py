@@ -20,7 +20,7 @@ from . import optim
 from .blocks import BeginBlock, Block, BlockFunction, LegacyBeginBlockFn
 from .dataloader import AsynchronousDataAccessor, DataLoader
 from .device import ipuHardwareIsAvailable, ipuHardwareVersion
-from .enums import AnchorMode, AutoStage, DataLoaderMode, OutputMode, ReductionType
+from .enums import AutoStage, DataLoaderMode, OutputMode, ReductionType
 from .errors import Error
 from .execution import PipelinedExecution, ShardedExecution, Stage
 from .executor import PoplarExecutor, inferenceModel, trainingModel
@@ -28,7 +28,6 @@ from .ops import identity_loss
 from .options import Options
 
 __all__ = [
-    "AnchorMode",
     "AsynchronousDataAccessor",
     "AutoStage",
     "BeginBlock",

@@ -104,7 +104,10 @@ class Block:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        # poptorch ends the block here (ops.py:625-626, _end_ipu_block): what follows is in no block until the next.
+        context = current_context()
+        if context is not None:
+            context.end_block()
 
 
 def BlockFunction(user_id: str | None = None, ipu_id: int | None = None) -> Callable[[_F], _F]:

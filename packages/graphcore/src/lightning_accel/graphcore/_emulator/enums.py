@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 
 __all__ = [
-    "AnchorMode",
     "AutoStage",
     "DataLoaderMode",
     "OutputMode",
@@ -24,10 +23,6 @@ class OutputMode(enum.IntEnum):
     All = 2
     Sum = 3
     Default = 4
-
-
-# poptorch <= 2.4 called it AnchorMode; the seeds still use that name.
-AnchorMode = OutputMode
 
 
 class ReductionType(enum.IntEnum):

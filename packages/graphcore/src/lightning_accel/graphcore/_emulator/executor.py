@@ -1,16 +1,29 @@
 """``PoplarExecutor``, ``trainingModel`` and ``inferenceModel``: the emulated device runtime.
 
-The executor keeps its own copy of the weights (the "device" copy) and runs the host model's code on it: the
-model's parameter and buffer slots point at the device copy for the duration of a host call. One host call
+As poptorch does, the executor wraps a shallow copy of the model (``copy.copy``, poptorch 3.4
+``python/__init__.py:710,743``), traces that copy's Python once when it compiles (with the model's parameter and
+buffer slots pointing at the executor's own "device" copy of the weights) and runs the traced program for every
+micro-batch of every later call (see :mod:`.program`). One host call
 consumes ``device_iterations x gradient_accumulation x replicas`` micro-batches laid out as
 ``[device_iterations][gradient_accumulation][replicas]`` along dimension 0 and, in training, performs one weight
 update per device iteration with the gradients of its ``gradient_accumulation x replicas`` micro-batches reduced by
 ``Mean`` (default) or ``Sum``. Replicas run one after another on the same weights, which gives the same result as
 data-parallel replicas with an all-reduce.
 
-Weights move between host and device as poptorch moves them: a training call leaves the host weights current, and
-an executor pushes the host weights to its device copy before a call whenever they changed (for example because a
-training executor of the same model updated them, or the user loaded a state dict).
+Weights move between host and device only as poptorch moves them (``python/_poplar_executor.py``):
+
+- compiling and every ``attachToDevice`` upload the host weights (``_on_device_attach``, lines 414-431);
+- ``copyWeightsToDevice()`` uploads them; ``load_state_dict`` on the executor loads the host model and uploads when
+  attached (lines 458-474);
+- a training call makes the device weights the current ones; the host copy follows (poptorch copies lazily when the
+  host model is read, ``copyWeightsToHostIfNeeded``, lines 543-553; the emulator copies after every call, which a
+  reader of the host weights cannot tell apart) and each copy to the host counts one host-weights version
+  (line 573);
+- an inference executor of a model that a training executor wraps uploads the host weights before a call when that
+  training executor's host-weights version differs from the one it last uploaded (lines 1246-1262).
+
+Nothing else reaches the device: an edit of the host weights (a callback that rescales them, EMA, pruning) is not
+seen by an attached executor until one of the above copies it there.
 """
 
 from __future__ import annotations
@@ -27,11 +40,12 @@ from typing import Any
 import torch
 
 from . import device, report
-from .enums import OutputMode, ReductionType
+from .enums import AutoStage, OutputMode, ReductionType
 from .errors import Error
 from .execution import ShardedExecution
-from .optim import SUPPORTED_TYPES, DeviceOptimizerMixin
+from .optim import SUPPORTED_TYPES, DeviceOptimizerMixin, from_ipu_state, to_ipu_state
 from .options import Options
+from .program import Program, trace
 from .structures import flatten, unflatten
 from .tracing import DeviceContext, final_loss, running_on
 
@@ -47,18 +61,28 @@ _MISMATCH_END = (
     "To recompile the model for the new inputs create a new inferenceModel / trainingModel wrapper or call destroy() "
     "on the curent one and try again."
 )
-# Models wrapped by a trainingModel that was not destroyed (poptorch allows one at a time).
-_training_wrapped: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+# Models wrapped by a trainingModel that was not destroyed (poptorch allows one at a time), and that wrapper.
+_training_wrapped: weakref.WeakKeyDictionary[torch.nn.Module, weakref.ref[PoplarExecutor]] = weakref.WeakKeyDictionary()
 
 
 class _Compiled:
-    """What compilation produced: the input signature and the placement of the model on IPUs."""
+    """What compilation produced: the input signature, the placement of the model on IPUs and the program."""
 
-    def __init__(self, signature: list[tuple[str, Any]], context: DeviceContext, num_ipus: int, stages: int) -> None:
+    def __init__(
+        self,
+        signature: list[tuple[str, Any]],
+        context: DeviceContext,
+        num_ipus: int,
+        stages: int,
+        program: Program,
+        state_names: list[str],
+    ) -> None:
         self.signature = signature
         self.context = context
         self.num_ipus = num_ipus
         self.stages = stages
+        self.program = program
+        self.state_names = state_names
 
 
 def _names_of_arguments(model: torch.nn.Module, count: int) -> list[str]:
@@ -147,6 +171,9 @@ class PoplarExecutor:
                 raise Error(message)
         resolved._freeze()
         self._user_model = model
+        # poptorch runs a shallow copy: attributes the model's Python assigns while it is traced land on the copy.
+        self._model = copy.copy(model)
+        self._host_weights_version = 0
         self._options = resolved
         self._training = training
         self._optimizer = optimizer
@@ -155,12 +182,11 @@ class PoplarExecutor:
         self._executable: _Compiled | None = None
         self._is_attached = False
         self._device_state: dict[str, torch.Tensor] = {}
-        self._host_keys: dict[str, tuple[int, int, int, torch.dtype]] = {}
         self._device_optimizer: torch.optim.Optimizer | None = None
         if training:
             # Like poptorch (which swaps the model's class), a model has at most one live training wrapper.
-            _training_wrapped.add(model)
-            weakref.finalize(self, _training_wrapped.discard, model)
+            _training_wrapped[model] = weakref.ref(self)
+            weakref.finalize(self, _training_wrapped.pop, model, None)
         weakref.finalize(self, device.release, id(self))
 
     # -- introspection -----------------------------------------------------------------------------------------
@@ -185,21 +211,17 @@ class PoplarExecutor:
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names the executor does not define: they belong to the wrapped model.
-        if name.startswith("__") or name == "_user_model":
+        if name.startswith("__") or name in ("_user_model", "_model"):
             raise AttributeError(name)
         return getattr(self._user_model, name)
 
     # -- weights -----------------------------------------------------------------------------------------------
 
     def _host_tensors(self) -> Iterator[tuple[str, torch.Tensor, bool]]:
-        for name, param in self._user_model.named_parameters():
+        for name, param in self._model.named_parameters():
             yield name, param, True
-        for name, buffer in self._user_model.named_buffers():
+        for name, buffer in self._model.named_buffers():
             yield name, buffer, False
-
-    @staticmethod
-    def _key(tensor: torch.Tensor) -> tuple[int, int, int, torch.dtype]:
-        return (id(tensor), tensor._version, tensor.data_ptr(), tensor.dtype)
 
     def _upload(self) -> None:
         """Copy the host weights, buffers and optimizer state to the device copy."""
@@ -208,7 +230,6 @@ class PoplarExecutor:
             copy_ = tensor.detach().clone()
             state[name] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) if is_param else copy_
         self._device_state = state
-        self._host_keys = {name: self._key(tensor) for name, tensor, _ in self._host_tensors()}
         if self._training and self._optimizer is not None:
             self._build_device_optimizer(self._optimizer)
 
@@ -222,7 +243,7 @@ class PoplarExecutor:
         by_host = {id(tensor): state[name] for name, tensor, _ in self._host_tensors() if name in state}
         swapped: list[tuple[dict[str, Any], str, Any]] = []
         try:
-            for module in self._user_model.modules():
+            for module in self._model.modules():
                 slot_dicts: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
                 for slots in slot_dicts:
                     for key, host in slots.items():
@@ -234,11 +255,6 @@ class PoplarExecutor:
             for slots, key, host in reversed(swapped):
                 slots[key] = host
 
-    def _upload_if_host_changed(self) -> None:
-        keys = {name: self._key(tensor) for name, tensor, _ in self._host_tensors()}
-        if keys != self._host_keys:
-            self._upload()
-
     def _download(self) -> None:
         """Copy the device weights and buffers (and poptorch optimizer state) back to the host model."""
         with torch.no_grad():
@@ -246,9 +262,22 @@ class PoplarExecutor:
                 source = self._device_state.get(name)
                 if source is not None:
                     tensor.copy_(source)
-        self._host_keys = {name: self._key(tensor) for name, tensor, _ in self._host_tensors()}
+        self._host_weights_version += 1
         if isinstance(self._optimizer, DeviceOptimizerMixin) and self._device_optimizer is not None:
-            self._copy_optimizer_state(self._device_optimizer, self._optimizer, to_host=True)
+            # poptorch reads the device's optimizer state into ipu_state (readOptimizerState, poptorch.cpp:960-990).
+            self._optimizer._state_dict = to_ipu_state(
+                self._device_optimizer, self._named_device_params(), self._optimizer.loss_scaling
+            )
+            self._optimizer.ipu_state_is_dirty = False
+            self._optimizer.host_state_is_dirty = False
+
+    def copyWeightsToHostIfNeeded(self) -> bool:
+        """Whether the host weights were behind the device's and have been copied: always ``False`` here.
+
+        poptorch copies a training model's weights to the host lazily, when the host model is read; the emulator
+        copies them after every call, so the host is never behind.
+        """
+        return False
 
     def copyWeightsToHost(self) -> None:
         """Copy the device weights to the host model."""
@@ -263,8 +292,11 @@ class PoplarExecutor:
         self._upload()
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
-        """Load weights into the host model; they reach the device before the next call."""
-        return self._user_model.load_state_dict(state_dict, strict=strict)
+        """Load weights into the host model and, when attached, copy them to the device (poptorch's rule)."""
+        out = self._user_model.load_state_dict(state_dict, strict=strict)
+        if self.isAttachedToDevice():
+            self.copyWeightsToDevice()
+        return out
 
     # -- optimizer ---------------------------------------------------------------------------------------------
 
@@ -288,7 +320,7 @@ class PoplarExecutor:
         raise AssertionError("unreachable: optimizer type checked before")
 
     def _device_params(self, optimizer: torch.optim.Optimizer) -> list[list[torch.Tensor]]:
-        names = {id(param): name for name, param in self._user_model.named_parameters()}
+        names = {id(param): name for name, param in self._model.named_parameters()}
         groups = []
         for group in optimizer.param_groups:
             params = []
@@ -302,6 +334,19 @@ class PoplarExecutor:
             groups.append(params)
         return groups
 
+    def _named_device_params(self) -> list[tuple[str, torch.Tensor]]:
+        assert self._device_optimizer is not None
+        names = {id(tensor): name for name, tensor in self._device_state.items()}
+        return [(names[id(p)], p) for group in self._device_optimizer.param_groups for p in group["params"]]
+
+    def _write_optimizer_state_if_needed(self) -> None:
+        """Write a loaded ``ipu_state`` (a checkpoint's) to the device optimizer (poptorch's line 1268)."""
+        host = self._optimizer
+        if isinstance(host, DeviceOptimizerMixin) and host.ipu_state_is_dirty and self._device_optimizer is not None:
+            if host.has_state():
+                from_ipu_state(self._device_optimizer, self._named_device_params(), host._state_dict["ipu_state"])
+            host.ipu_state_is_dirty = False
+
     def _build_device_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         device_groups = self._device_params(optimizer)
         groups = [
@@ -310,7 +355,12 @@ class PoplarExecutor:
         ]
         kind: Any = self._base_type(optimizer)
         self._device_optimizer = kind(groups)
-        self._copy_optimizer_state(optimizer, self._device_optimizer, to_host=False)
+        if isinstance(optimizer, DeviceOptimizerMixin):
+            if optimizer.has_state():
+                optimizer.ipu_state_is_dirty = True
+            self._write_optimizer_state_if_needed()
+        else:
+            self._copy_optimizer_state(optimizer, self._device_optimizer, to_host=False)
 
     def _copy_optimizer_state(
         self, source: torch.optim.Optimizer, target: torch.optim.Optimizer, to_host: bool
@@ -368,24 +418,24 @@ class PoplarExecutor:
         self._upload()
 
     def detachFromDevice(self) -> None:
-        """Release the IPUs (other models can use them); weights are copied to the host first."""
+        """Release the IPUs (other models can use them); the host weights are current (poptorch 3.4 line 1565)."""
         if not self.isCompiled():
             raise Error(NO_EXECUTABLE_ERR)
         if not self._is_attached:
             raise Error("Device is not attached")
         if self._training:
-            self._download()
+            self.copyWeightsToHostIfNeeded()
         device.release(id(self))
         self._is_attached = False
 
     def destroy(self) -> None:
-        """Free the executable and the IPUs and unwrap the model; a training model's weights go to the host first."""
+        """Free the executable and the IPUs and unwrap the model; the host weights are current (line 1488)."""
         if self._training:
-            _training_wrapped.discard(self._user_model)
+            _training_wrapped.pop(self._user_model, None)
         if not self.isCompiled():
             return
         if self._training:
-            self._download()
+            self.copyWeightsToHostIfNeeded()
         device.release(id(self))
         self._is_attached = False
         self._executable = None
@@ -469,17 +519,24 @@ class PoplarExecutor:
         split, spec = self._micro_batches(args, kwargs)
         first_args, first_kwargs = self._micro_batch(split, spec, 0)
         self._upload()
-        names = {id(self._device_state[name]): name for name, _ in self._user_model.named_parameters()}
+        names = {id(self._device_state[name]): name for name, _ in self._model.named_parameters()}
         context = DeviceContext(names, record=True)
-        state = {
-            name: tensor if name in names.values() else tensor.clone() for name, tensor in self._device_state.items()
-        }
+        context.auto_increment = self._options._execution_strategy.auto_stage == AutoStage.AutoIncrement
+        state_names = list(self._device_state)
         # The trace is a dry run: it must not consume random numbers or move running statistics.
+        trace_state = [
+            tensor if name in names.values() else tensor.clone() for name, tensor in self._device_state.items()
+        ]
+        leaves, input_spec = flatten((first_args, first_kwargs))
+
+        def call(state: list[torch.Tensor], inputs: list[Any]) -> tuple[Any, torch.Tensor | None]:
+            call_args, call_kwargs = unflatten(inputs, input_spec)
+            with self._device_weights(dict(zip(state_names, state, strict=True))), running_on(context):
+                output = self._model(*call_args, **call_kwargs)
+            return output, final_loss(context.losses) if self._training else None
+
         with torch.random.fork_rng(devices=[]), self._mode(), torch.set_grad_enabled(self._training):
-            with self._device_weights(state), running_on(context):
-                self._user_model(*first_args, **first_kwargs)
-            if self._training:
-                final_loss(context.losses)
+            program = trace(call, trace_state, leaves)
         stages = self._count_stages(context)
         self._check_pipeline(stages)
         num_ipus = device.reserve_count(
@@ -487,7 +544,9 @@ class PoplarExecutor:
         )
         device.acquire(id(self), num_ipus)
         self._is_attached = True
-        self._executable = _Compiled(self._signature(first_args, first_kwargs), context, num_ipus, stages)
+        self._executable = _Compiled(
+            self._signature(first_args, first_kwargs), context, num_ipus, stages, program, state_names
+        )
         self._write_report()
 
     def _count_stages(self, context: DeviceContext) -> int:
@@ -518,7 +577,7 @@ class PoplarExecutor:
         context = self._executable.context
         opts = self._options
         name = opts.model_name if opts.exists("model_name") else ("training" if self._training else "inference")
-        params = dict(self._user_model.named_parameters())
+        params = dict(self._model.named_parameters())
         ipus = []
         for ipu in range(context.used_ipus):
             used = sorted(context.parameters.get(ipu, set()))
@@ -568,8 +627,8 @@ class PoplarExecutor:
 
         class _Mode:
             def __enter__(self) -> None:
-                self.saved = [(module, module.training) for module in executor._user_model.modules()]
-                executor._user_model.train(executor._training)
+                self.saved = [(module, module.training) for module in executor._model.modules()]
+                executor._model.train(executor._training)
 
             def __exit__(self, *exc: object) -> None:
                 for module, mode in self.saved:
@@ -586,26 +645,42 @@ class PoplarExecutor:
         if not self._is_attached:
             log.info("Attaching to device")
             self.attachToDevice()
-        self._upload_if_host_changed()
-        with self._mode(), self._device_weights():
-            outputs = self._run_training(split, spec) if self._training else self._run_inference(split, spec)
+        if not self._training:
+            self._follow_training_weights()
+        inputs = [leaf for leaf in split if isinstance(leaf, torch.Tensor)]
+        if self._training:
+            self._write_optimizer_state_if_needed()
+        outputs = self._run_training(inputs) if self._training else self._run_inference(inputs)
         if self._training:
             self._download()
         return self._gather(outputs)
 
-    def _run_once(self, split: list[Any], spec: Any, index: int, context: DeviceContext) -> Any:
-        args, kwargs = self._micro_batch(split, spec, index)
-        with running_on(context):
-            return self._user_model(*args, **kwargs)
+    def _follow_training_weights(self) -> None:
+        """Upload the host weights when the training executor of the same model has updated them since."""
+        reference = _training_wrapped.get(self._user_model)
+        trainer = reference() if reference is not None else None
+        if trainer is None:
+            return
+        trainer.copyWeightsToHostIfNeeded()
+        if trainer._host_weights_version != self._host_weights_version:
+            log.debug("Implicit copyWeightsToDevice()")
+            self.copyWeightsToDevice()
+            self._host_weights_version = trainer._host_weights_version
 
-    def _run_inference(self, split: list[Any], spec: Any) -> list[Any]:
+    def _run_once(self, inputs: list[torch.Tensor], index: int) -> tuple[Any, torch.Tensor | None]:
+        """Run the compiled program on micro-batch ``index``."""
+        assert self._executable is not None
+        state = [self._device_state[name] for name in self._executable.state_names]
+        return self._executable.program.run(state, [leaf[index] for leaf in inputs])
+
+    def _run_inference(self, inputs: list[torch.Tensor]) -> list[Any]:
         outputs = []
         with torch.no_grad():
             for index in range(self._batch_factor):
-                outputs.append(self._run_once(split, spec, index, DeviceContext({}, record=False)))
+                outputs.append(self._run_once(inputs, index)[0])
         return outputs
 
-    def _run_training(self, split: list[Any], spec: Any) -> list[Any]:
+    def _run_training(self, inputs: list[torch.Tensor]) -> list[Any]:
         opts = self._options
         accumulation, replicas = opts.Training.gradient_accumulation, opts.replication_factor
         mean = opts.Training.accumulation_and_replication_reduction_type == ReductionType.Mean
@@ -621,9 +696,8 @@ class PoplarExecutor:
                     param.grad = None
                 for step in range(accumulation * replicas):
                     index = iteration * accumulation * replicas + step
-                    context = DeviceContext({}, record=False)
-                    out = self._run_once(split, spec, index, context)
-                    loss = final_loss(context.losses)
+                    out, loss = self._run_once(inputs, index)
+                    assert loss is not None
                     scale = loss_scaling / (accumulation * replicas) if mean else loss_scaling
                     loss.backward(torch.full_like(loss, scale))
                     outputs.append(_detach(out))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import warnings
 from typing import Any
 
 import torch
@@ -270,11 +269,6 @@ class Options(OptionsDict):
         period = output_return_period if output_mode == OutputMode.EveryN else 1
         self.set(output_mode=int(output_mode), output_return_period=period or 1)
         return self
-
-    def anchorMode(self, anchor_mode: OutputMode, anchor_return_period: int | None = None) -> Options:
-        """Deprecated name of :meth:`outputMode` (poptorch <= 2.4)."""
-        warnings.warn("anchorMode is deprecated: use outputMode instead.", DeprecationWarning, stacklevel=2)
-        return self.outputMode(anchor_mode, anchor_return_period)
 
     def defaultOutputMode(self) -> bool:
         """Whether the output mode is still ``Default`` (resolved when an executor is built)."""

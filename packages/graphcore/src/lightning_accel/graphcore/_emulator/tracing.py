@@ -72,6 +72,7 @@ class DeviceContext:
         self._record = record
         self.current_ipu = 0
         self.current_user_id: str | None = None
+        self.auto_increment = False
         self.blocks: list[tuple[str | None, int]] = []
         self.operators: dict[int, Counter[str]] = {}
         self.parameters: dict[int, set[str]] = {}
@@ -79,14 +80,25 @@ class DeviceContext:
 
     def start_block(self, user_id: str | None, ipu_id: int | None) -> None:
         """Everything executed from now on belongs to this block, until the next block starts."""
-        if ipu_id is None:
-            # No IPU given: the block goes to the IPU after the highest one used so far.
+        if ipu_id is None and self.auto_increment:
+            # AutoStage.AutoIncrement: a block without an IPU gets the next one.
             ipu_id = max((ipu for _, ipu in self.blocks), default=-1) + 1
+        if ipu_id is None:
+            # poptorch 3.4's default stage manager (options.py:717-723, AutoStage.SameAsIpu, the default of both
+            # execution strategies) asserts that the block names an IPU; it is an AssertionError there too.
+            block = user_id if user_id is not None else str(len(self.blocks))
+            raise AssertionError(
+                f"poptorch.AutoStage.SameAsIpu was selected but no IPU was specified for block {block}"
+            )
         if isinstance(ipu_id, bool) or not isinstance(ipu_id, int) or ipu_id < 0:
             raise TypeError(f"ipu_id must be a non-negative int or None, got {ipu_id!r}.")
         self.current_ipu = ipu_id
         self.current_user_id = user_id
         self.blocks.append((user_id, ipu_id))
+
+    def end_block(self) -> None:
+        """The enclosing block ended (``Block.__exit__``): later operations stay on its IPU, in no named block."""
+        self.current_user_id = None
 
     def add_loss(self, value: torch.Tensor) -> None:
         """Register ``value`` as a loss of the graph."""

@@ -1,0 +1,111 @@
+"""The compiled program: a model's Python traced once into an ATen graph, then executed without that Python.
+
+poptorch traces the model's Python once per compiled executable (``PoplarExecutor._compile`` calls the model on
+``ipu`` tensors once, poptorch 3.4 ``python/_poplar_executor.py:854``) and every later host call runs the compiled
+program (``poptorch_core.execute``, ``_poplar_executor.py:1271``). The emulator does the same with
+``torch.fx.experimental.proxy_tensor.make_fx``: the model runs once on real tensors while every ATen operation it
+dispatches is recorded; later micro-batches run the recorded graph. Python side effects (prints, counters, branches
+on Python values, ``self.log`` calls) therefore happen once, at compilation, as on an IPU; tensor results (losses,
+logged values) are outputs of the graph and change with every micro-batch.
+
+The weights, buffers and inputs are the graph's inputs, so one graph serves every micro-batch, replica and
+device iteration; in-place updates of buffers (BatchNorm's running statistics) are operations of the graph and
+update the buffers passed in. Random operations (dropout) are operations of the graph too and draw new numbers on
+every execution. Autograd records the executed ATen operations, so a training executor differentiates the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from .errors import Error
+from .structures import flatten, unflatten
+
+__all__ = ["Program", "trace"]
+
+
+class Program:
+    """A traced model: ``run(state, inputs)`` returns the model's output structure (and the loss, when training).
+
+    Attributes:
+        graph: The recorded ``torch.fx.GraphModule``.
+        constants: The non-tensor leaves of the output, fixed at compilation.
+    """
+
+    def __init__(
+        self,
+        graph: torch.fx.GraphModule,
+        output_spec: Any,
+        tensor_positions: list[int],
+        constants: dict[int, Any],
+        with_loss: bool,
+    ) -> None:
+        self.graph = graph
+        self._output_spec = output_spec
+        self._tensor_positions = tensor_positions
+        self.constants = constants
+        self._with_loss = with_loss
+        self._leaf_count = len(tensor_positions) + len(constants)
+
+    def run(self, state: list[torch.Tensor], inputs: list[torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
+        """Execute the graph on ``state`` (weights and buffers) and the micro-batch's tensor ``inputs``."""
+        results = list(self.graph(state, *inputs))
+        loss = results.pop() if self._with_loss else None
+        leaves: list[Any] = [None] * self._leaf_count
+        for position, value in zip(self._tensor_positions, results, strict=True):
+            leaves[position] = value
+        for position, value in self.constants.items():
+            leaves[position] = value
+        return unflatten(leaves, self._output_spec), loss
+
+
+def trace(
+    call: Callable[[list[torch.Tensor], list[Any]], tuple[Any, torch.Tensor | None]],
+    state: list[torch.Tensor],
+    leaves: list[Any],
+) -> Program:
+    """Trace ``call(state, leaves)`` once; tensor leaves become graph inputs, other leaves constants.
+
+    ``call`` returns the model's output and the loss (``None`` for inference).
+
+    Raises:
+        Error: When the model's Python reads a value out of a device tensor (``.item()``, ``if tensor:``), which a
+            compiled graph cannot do.
+    """
+    tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    fixed = {i: leaf for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)}
+    shape: dict[str, Any] = {}
+
+    def traced(state_: list[torch.Tensor], *tensors: torch.Tensor) -> list[torch.Tensor]:
+        full: list[Any] = [None] * len(leaves)
+        for slot, tensor in zip(tensor_slots, tensors, strict=True):
+            full[slot] = tensor
+        for slot, value in fixed.items():
+            full[slot] = value
+        output, loss = call(state_, full)
+        out_leaves, spec = flatten(output)
+        shape["spec"] = spec
+        shape["tensors"] = [i for i, leaf in enumerate(out_leaves) if isinstance(leaf, torch.Tensor)]
+        shape["constants"] = {i: leaf for i, leaf in enumerate(out_leaves) if not isinstance(leaf, torch.Tensor)}
+        results = [leaf for leaf in out_leaves if isinstance(leaf, torch.Tensor)]
+        shape["loss"] = loss is not None
+        if loss is not None:
+            results.append(loss)
+        return results
+
+    try:
+        graph = make_fx(traced)(state, *(leaves[i] for i in tensor_slots))
+    except RuntimeError as err:
+        if "_local_scalar_dense" in str(err) or "value out of a tracing tensor" in str(err):
+            raise Error(
+                "The model reads a value out of a tensor on the IPU (.item(), bool(tensor), an `if` on a tensor, or "
+                "a Python number built from one): the model's Python runs once, when it is compiled, so such a value "
+                "cannot change from one call to the next. Keep the computation in tensors (torch.where instead of "
+                "`if`), or compute the value on the host."
+            ) from err
+        raise
+    return Program(graph, shape["spec"], shape["tensors"], shape["constants"], with_loss=shape["loss"])
