@@ -25,10 +25,15 @@ CASES = [
     ("hpu_single", "write:1", "previous"),
     ("hpu_single", "replace:1", "previous"),
     # DeepSpeed (ZeRO-2, one device): a directory of a model-states and an optimizer-states file and the `latest` tag,
-    # written into a staging directory and swapped in by two renames (target aside, staging in).
+    # written into a staging directory and swapped in by two renames (target aside, staging in; swap:2 is between).
     ("hpu_deepspeed_stage_2", "write:1", "previous"),
     ("hpu_deepspeed_stage_2", "write:2", "previous"),
-    ("hpu_deepspeed_stage_2", "rename:2", "new"),
+    ("hpu_deepspeed_stage_2", "swap:2", "new"),
+    # FSDP, one device: "full" goes through HPUCheckpointIO into the staging path; "sharded" is a folder written by
+    # torch.distributed.checkpoint. Both are swapped in like DeepSpeed's.
+    ("hpu_fsdp", "write:1", "previous"),
+    ("hpu_fsdp:sharded", "write:1", "previous"),
+    ("hpu_fsdp:sharded", "swap:2", "new"),
 ]
 
 

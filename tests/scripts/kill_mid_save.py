@@ -6,8 +6,9 @@ usage:
     kill_mid_save.py load STRATEGY CKPT OUT            # OUT: where the weights read back from CKPT are written
 
 KILL_AT is ``write:N`` (the N-th ``torch.save`` of the second save writes half of its bytes, then the process is
-killed) or ``rename:N`` / ``replace:N`` (killed just before the N-th ``os.rename`` / ``os.replace`` of that save).
-The script imports only Lightning: the strategy comes from its registered name.
+killed), ``rename:N`` / ``replace:N`` (killed just before the N-th ``os.rename`` / ``os.replace`` of that save) or
+``swap:N`` (just before the N-th rename of the checkpoint swap, see ``lightning_accel.core.checkpoint_swap``).
+The script imports only Lightning (the strategy comes from its registered name), except for ``hpu_fsdp:sharded``.
 """
 
 from __future__ import annotations
@@ -79,6 +80,26 @@ def die_at(kill_at: str) -> None:
             die()
 
         torch.save = torn_save
+    elif kind == "swap":
+        # Counted inside the checkpoint swap only: the writers' own renames (torch.distributed.checkpoint has some)
+        # must not shift the kill point.
+        from lightning_accel.core import checkpoint_swap
+
+        real_swap, real_rename = checkpoint_swap.swap_in, os.rename
+
+        def dying_rename(*args: Any, **kwargs: Any) -> Any:
+            if due():
+                die()
+            return real_rename(*args, **kwargs)
+
+        def swap_in(target: Any) -> None:
+            os.rename = dying_rename
+            try:
+                real_swap(target)
+            finally:
+                os.rename = real_rename
+
+        checkpoint_swap.swap_in = swap_in
     elif kind in ("rename", "replace"):
         real = getattr(os, kind)
 
@@ -89,7 +110,7 @@ def die_at(kill_at: str) -> None:
 
         setattr(os, kind, dying)
     else:
-        raise SystemExit(f"KILL_AT={kill_at!r}: expected write:N, rename:N or replace:N")
+        raise SystemExit(f"KILL_AT={kill_at!r}: expected write:N, rename:N, replace:N or swap:N")
 
 
 class SaveTwice(Callback):
@@ -109,7 +130,13 @@ class SaveTwice(Callback):
         raise SystemExit(f"the second save finished: {self.kill_at} never came")
 
 
-def trainer(strategy: str, **kwargs: Any) -> Trainer:
+def trainer(name: str, **kwargs: Any) -> Trainer:
+    strategy: Any = name
+    if name == "hpu_fsdp:sharded":
+        # The one case that needs a class: a registered name cannot carry state_dict_type.
+        from lightning_accel.habana import HPUFSDPStrategy
+
+        strategy = HPUFSDPStrategy(state_dict_type="sharded")
     return Trainer(
         accelerator="hpu",
         devices=int(os.environ.get("DEVICES", "1")),

@@ -19,11 +19,11 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
+from lightning_accel.core.checkpoint_swap import StagedCheckpoints
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.habana import sdk
 from lightning_accel.habana.distributed import HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepAroundEvaluation
 
-from . import _checkpoint_dir
 from . import config as ds_config
 from ._runtime import check_deepspeed_accelerator, prepare_deepspeed_import
 from .inference import InferenceSettings, TensorParallelGroups, split_inference_config
@@ -58,13 +58,17 @@ _CONFIG_ARGUMENT_DEFAULTS: dict[str, Any] = {
 }
 
 
-class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepSpeedStrategy):
+class HPUDeepSpeedStrategy(
+    StagedCheckpoints, HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepSpeedStrategy
+):
     """DeepSpeed (ZeRO 1/2/3, offload, bf16, activation checkpointing, inference) on HPUs.
 
     A subclass of Lightning's :class:`~lightning.pytorch.strategies.DeepSpeedStrategy`, so Lightning's own DeepSpeed
     handling applies (precision choice, model summary, checks in callbacks); it takes the same arguments. On Gaudi it
     runs DeepSpeed's HPU accelerator (``DS_ACCELERATOR=hpu``) over HCCL, on Gaudi and on the emulator
-    (``LIGHTNING_ACCEL_EMULATE=hpu``) alike.
+    (``LIGHTNING_ACCEL_EMULATE=hpu``) alike. Checkpoint directories are written aside and swapped in once every rank
+    has written, so a kill during a save leaves a whole checkpoint
+    (:class:`~lightning_accel.core.checkpoint_swap.StagedCheckpoints`).
 
     Differences from Lightning's strategy: a config and a ZeRO argument that contradict each other are an error (not a
     silently ignored argument); the optimizer and scheduler returned by ``configure_optimizers`` win over the
@@ -282,35 +286,6 @@ class HPUDeepSpeedStrategy(HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepArou
             super().teardown()
         finally:
             del module.cpu
-
-    # --- checkpoints -----------------------------------------------------------------------------------------------
-
-    @override
-    def save_checkpoint(
-        self, checkpoint: dict[str, Any], filepath: PathType, storage_options: Any | None = None
-    ) -> None:
-        """Save as Lightning does, into a staging directory that replaces ``filepath`` once every rank has written.
-
-        A process killed at any moment of the save leaves the previous checkpoint (and its ``latest`` tag) loadable;
-        see :mod:`lightning_accel.deepspeed_hpu._checkpoint_dir` for the steps.
-        """
-        target = self.broadcast(filepath)
-        if self.is_global_zero:
-            _checkpoint_dir.remove_leftovers(target)
-        self.barrier("deepspeed_hpu_checkpoint_staging")
-        super().save_checkpoint(checkpoint, _checkpoint_dir.staging_path(target), storage_options)
-        self.barrier("deepspeed_hpu_checkpoint_written")
-        if self.is_global_zero:
-            _checkpoint_dir.swap_in(target)
-        self.barrier("deepspeed_hpu_checkpoint_swapped")
-
-    @override
-    def load_checkpoint(self, checkpoint_path: PathType, weights_only: bool | None = None) -> dict[str, Any]:
-        """Load as Lightning does, after finishing a checkpoint swap that a killed process left half done."""
-        if self.is_global_zero:
-            _checkpoint_dir.recover(checkpoint_path)
-        self.barrier("deepspeed_hpu_checkpoint_recovered")
-        return super().load_checkpoint(checkpoint_path, weights_only)
 
     # --- precision -------------------------------------------------------------------------------------------------
 

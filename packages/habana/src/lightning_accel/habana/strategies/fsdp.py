@@ -14,6 +14,7 @@ from lightning.pytorch.plugins.precision import FSDPPrecision, Precision
 from lightning.pytorch.strategies import FSDPStrategy
 from typing_extensions import override
 
+from lightning_accel.core.checkpoint_swap import StagedCheckpoints
 from lightning_accel.core.errors import ConfigurationError
 
 from .. import sdk
@@ -36,7 +37,7 @@ __all__ = ["HPUFSDPStrategy"]
 _STATE_DICT_TYPES = ("full", "sharded")
 
 
-class HPUFSDPStrategy(HCCLStrategyMixin, HPUCheckpointIODefault, FSDPStrategy):
+class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefault, FSDPStrategy):
     """Fully Sharded Data Parallel over HCCL (``strategy="hpu_fsdp"``): torch FSDP on HPUs, one process per HPU.
 
     Each rank keeps a shard of the parameters, gradients and optimizer state (with ``"FULL_SHARD"``, about
@@ -44,7 +45,9 @@ class HPUFSDPStrategy(HCCLStrategyMixin, HPUCheckpointIODefault, FSDPStrategy):
     strategy does the work; this class adds what differs on Gaudi: the ``"hccl"`` process group (joined without an
     index-less ``device_id``, see :class:`~lightning_accel.habana.distributed.HCCLStrategyMixin`), the HPU torch FSDP
     shards onto (``hpu:0``: each process drives one card), :class:`HPUFSDPPrecision` for ``precision=``, and
-    checkpoints of ``state_dict_type="full"`` written atomically by :class:`~lightning_accel.habana.HPUCheckpointIO`.
+    checkpoints written aside and swapped in once every rank has written (a folder of shards with ``"sharded"``, a file
+    through :class:`~lightning_accel.habana.HPUCheckpointIO` with ``"full"``), so a kill during a save leaves a whole
+    checkpoint (:class:`~lightning_accel.core.checkpoint_swap.StagedCheckpoints`).
     Intel Gaudi runs FSDP in eager mode only: the strategy refuses to start in lazy mode (``PT_HPU_LAZY_MODE=1``).
 
     Args:

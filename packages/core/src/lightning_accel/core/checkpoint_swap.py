@@ -1,9 +1,9 @@
-"""Atomic replacement of DeepSpeed checkpoint directories.
+"""Atomic replacement of checkpoints that several ranks write (directories of shards), for any strategy.
 
-DeepSpeed writes a checkpoint as a directory of files (one per rank and kind, plus the ``latest`` tag) and overwrites
-them one by one, so a process killed while it overwrites ``last.ckpt`` leaves a directory mixing two checkpoints, or
-truncated files. Here every save goes to a staging directory next to the target and is swapped in only once every rank
-has finished writing:
+DeepSpeed and sharded FSDP write a checkpoint as a directory of files (one per rank and kind, plus DeepSpeed's
+``latest`` tag) and overwrite them one by one, so a process killed while it overwrites ``last.ckpt`` leaves a directory
+mixing two checkpoints, or truncated files. With :class:`StagedCheckpoints` every save goes to a staging path next to
+the target and is swapped in only once every rank has finished writing:
 
 1. ``.<name>.partial`` is written (a leftover from an earlier killed save is removed first);
 2. the target, if there is one, is renamed to ``.<name>.old``;
@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
-__all__ = ["old_path", "recover", "remove_leftovers", "staging_path", "swap_in"]
+__all__ = ["StagedCheckpoints", "old_path", "recover", "remove_leftovers", "staging_path", "swap_in"]
 
 
 def staging_path(target: str | os.PathLike[str]) -> Path:
@@ -92,3 +93,43 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+class StagedCheckpoints:
+    """Mixin for a Lightning strategy: ``save_checkpoint`` writes aside and swaps in; ``load_checkpoint`` recovers.
+
+    Put it before the Lightning strategy (``DeepSpeedStrategy``, ``FSDPStrategy``) whose saves it stages; it uses
+    the strategy's ``broadcast``, ``barrier`` and ``is_global_zero``. Local paths only (the renames are local).
+
+    Example:
+        >>> from lightning.pytorch.strategies import FSDPStrategy
+        >>> from lightning_accel.core.checkpoint_swap import StagedCheckpoints
+        >>> class MyFSDPStrategy(StagedCheckpoints, FSDPStrategy):
+        ...     pass
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
+        """Save as the Lightning strategy does, into a staging path that replaces ``filepath`` once all ranks wrote.
+
+        A process killed at any moment of the save leaves a whole checkpoint at ``filepath``: the previous one, or
+        the new one when the kill came during the swap (the next save or load finishes it).
+        """
+        strategy: Any = self
+        target = strategy.broadcast(filepath)
+        if strategy.is_global_zero:
+            remove_leftovers(target)
+        strategy.barrier("lightning_accel_checkpoint_staging")
+        super().save_checkpoint(checkpoint, staging_path(target), storage_options)  # type: ignore[misc]
+        strategy.barrier("lightning_accel_checkpoint_written")
+        if strategy.is_global_zero:
+            swap_in(target)
+        strategy.barrier("lightning_accel_checkpoint_swapped")
+
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        """Load as the Lightning strategy does, after finishing a swap that a killed process left half done."""
+        strategy: Any = self
+        if strategy.is_global_zero:
+            recover(checkpoint_path)
+        strategy.barrier("lightning_accel_checkpoint_recovered")
+        loaded: dict[str, Any] = super().load_checkpoint(checkpoint_path, weights_only)  # type: ignore[misc]
+        return loaded
