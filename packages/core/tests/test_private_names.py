@@ -89,6 +89,7 @@ OURS = {
     "_initialize_engine": "HPUDeepSpeedStrategy's own (only Fabric's DeepSpeedStrategy has one)",
     "_load": "a helper function of lightning_accel.core.discovery",
     "_module": "a helper function of the habana SDK seam",
+    "_result": "a helper function of lightning_accel.core.selftest.runner",
     "_registered_strategies": "HPUDeepSpeedStrategy's own list (Lightning's FSDP convention, declared on our class)",
     "_step": "IPUStrategy's own step helper",
     "_strategy": "a helper function of lightning_accel.deepspeed_hpu.plugin",
