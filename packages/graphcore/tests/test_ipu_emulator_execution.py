@@ -105,3 +105,16 @@ def test_begin_block_without_an_ipu_asserts_as_poptorch_does(poptorch: ModuleTyp
         AssertionError, match=r"^poptorch\.AutoStage\.SameAsIpu was selected but no IPU was specified for block first$"
     ):
         executor(torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_a_batch_sampler_with_another_batch_size_is_refused_as_poptorch_does(
+    poptorch: ModuleType, batch_size: int | None
+) -> None:
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(range(8)), 2, drop_last=False)
+    dataset = torch.utils.data.TensorDataset(torch.arange(8.0))
+    with pytest.raises(
+        poptorch.Error,
+        match=r"^'poptorch_py_error': `batch_sampler` option is mutually exclusive with batch_size, shuffle\.$",
+    ):
+        poptorch.DataLoader(poptorch.Options(), dataset, batch_size=batch_size, batch_sampler=sampler)

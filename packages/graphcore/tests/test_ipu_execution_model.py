@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from ipu_models import Linear, blobs
@@ -149,3 +150,19 @@ def test_checkpoint_saved_after_fit_resumes_to_the_weights_of_an_uninterrupted_r
     assert trainer.global_step == 40
     for (name, got), expected in zip(fresh.named_parameters(), uninterrupted.parameters(), strict=True):
         torch.testing.assert_close(got, expected, msg=f"{name} differs from the uninterrupted run's")
+
+
+def test_poptorch_assertions_while_compiling_become_clear_errors(tmp_path: Path) -> None:
+    from lightning_accel.core.errors import ConfigurationError
+    from lightning_accel.graphcore import sdk
+
+    # The seam's poptorch is a function until issue 13 item 2 makes it the module itself.
+    poptorch = sdk.poptorch() if callable(sdk.poptorch) else sdk.poptorch
+
+    class NoIpuForTheBlock(Counted):
+        def __init__(self) -> None:
+            super().__init__(rows=40, batch_size=4)
+            self.layer = poptorch.BeginBlock(torch.nn.Linear(5, 2))  # no ipu_id: poptorch asserts
+
+    with pytest.raises(ConfigurationError, match=r"(?s)poptorch could not compile the training model: .*SameAsIpu.*"):
+        fit(NoIpuForTheBlock(), "ipu", [], default_root_dir=str(tmp_path))

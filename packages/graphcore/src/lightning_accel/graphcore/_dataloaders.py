@@ -69,7 +69,8 @@ def to_poptorch_loader(dataloader: object, options: Any, poptorch: ModuleType, n
             if isinstance(inner_size, int) and inner_sampler is not None:
                 batch_size, sampler = inner_size, inner_sampler
             else:
-                return poptorch.DataLoader(options, dataset, batch_size=None, batch_sampler=batch_sampler, **kwargs)
+                # batch_size stays at poptorch's default: any other value (None included) is refused with a sampler.
+                return poptorch.DataLoader(options, dataset, batch_sampler=batch_sampler, **kwargs)
         kwargs["sampler"] = sampler
     if batch_size is None:
         raise ConfigurationError(f"The {name} has batch_size=None; IPUs need a fixed batch size.")

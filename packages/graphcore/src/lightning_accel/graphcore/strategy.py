@@ -502,11 +502,14 @@ class IPUStrategy(ParallelStrategy):
         prepared = self._prepare_input(args, self._factor(executor.options))
         try:
             output, logged = executor(*prepared)
-        except poptorch.Error as err:
+        except (poptorch.Error, AssertionError) as err:
+            # poptorch reports many option, batch and block errors as AssertionError (options.py:720,
+            # _poplar_executor.py:1521), the others as poptorch.Error.
             if compiled:
                 raise
+            message = err.message if isinstance(err, poptorch.Error) else str(err)
             raise ConfigurationError(
-                f"poptorch could not compile the {_STAGE_NAMES[stage]} model: {err.message}\n{_HINT}"
+                f"poptorch could not compile the {_STAGE_NAMES[stage]} model: {message}\n{_HINT}"
             ) from err
         if not compiled:
             # The step's Python ran once, while this call compiled it: what it logged names this executor's outputs.

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from .enums import DataLoaderMode
+from .errors import Error
 from .options import Options
 
 __all__ = ["AsynchronousDataAccessor", "DataLoader"]
@@ -88,12 +89,11 @@ class DataLoader(torch.utils.data.DataLoader):
         self.options = options
         self._factor = factor
         if batch_sampler is not None:
-            if (batch_size not in (None, 1)) or shuffle:
-                raise ValueError(
-                    "poptorch.DataLoader: batch_sampler is mutually exclusive with batch_size and shuffle; pass "
-                    "batch_sampler alone."
-                )
-            self.combinedBatchSize: int | None = None
+            # poptorch 3.4 __init__.py:293-297: batch_size must stay at its default (1), None included.
+            if batch_size != 1 or shuffle:
+                raise Error("`batch_sampler` option is mutually exclusive with batch_size, shuffle.")
+            inner = getattr(batch_sampler, "batch_size", None)
+            self.combinedBatchSize: int | None = inner * factor if isinstance(inner, int) else None
             super().__init__(
                 dataset,
                 batch_sampler=_CombinedBatchSampler(batch_sampler, factor, drop_last),
