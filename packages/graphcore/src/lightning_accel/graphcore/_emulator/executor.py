@@ -463,7 +463,8 @@ class PoplarExecutor:
                 continue
             batch = 1 if leaf.dim() == 0 else leaf.shape[0]
             if batch % factor != 0:
-                raise Error(
+                # An assert in poptorch 3.4 (_poplar_executor.py:1521), so an AssertionError.
+                raise AssertionError(
                     f"Invalid batch dimension: In the input {leaf.shape}, the batch dimension ({batch}) must be a "
                     f"multiple of Options.deviceIterations({opts.device_iterations}) * "
                     f"(Options.replicationFactor({opts.replication_factor}) / "
