@@ -18,12 +18,14 @@ os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "ipu")
 os.environ.pop("LIGHTNING_ACCEL_EMULATED_DEVICES", None)
 os.environ.pop("POPLAR_ENGINE_OPTIONS", None)
 
-from lightning_accel.core.emulation import emulation_settings, reset_emulation_settings
+from lightning_accel.core.emulation import emulation_settings, follow_emulated_sdk_names, reset_emulation_settings
 from lightning_accel.core.testing.markers import skip_by_emulation
 
 SESSION_EMULATE = os.environ["LIGHTNING_ACCEL_EMULATE"]
 reset_emulation_settings()
 _SESSION_EMULATED = emulation_settings().emulates("ipu")
+# `import poptorch` in the test modules (as in the user guide) follows the setting made above, after start-up.
+follow_emulated_sdk_names()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -43,9 +45,9 @@ def _emulated_ipus(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 def poptorch() -> ModuleType:
-    from lightning_accel.graphcore.sdk import poptorch
+    from lightning_accel.graphcore.sdk import poptorch_module
 
-    return poptorch()
+    return poptorch_module()
 
 
 @pytest.fixture

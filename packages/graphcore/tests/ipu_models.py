@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import poptorch
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader, TensorDataset
-
-from lightning_accel.graphcore.sdk import poptorch
 
 
 def blobs(rows: int, features: int = 5, seed: int = 0) -> TensorDataset:
@@ -64,11 +63,11 @@ class BeginBlockModule(ClassifierBase):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # This will place layer1, layer2+layer3, layer4, softmax on different IPUs at runtime.
-        self.layer1 = poptorch().BeginBlock(torch.nn.Linear(5, 10), ipu_id=0)
-        self.layer2 = poptorch().BeginBlock(torch.nn.Linear(10, 5), ipu_id=1)
+        self.layer1 = poptorch.BeginBlock(torch.nn.Linear(5, 10), ipu_id=0)
+        self.layer2 = poptorch.BeginBlock(torch.nn.Linear(10, 5), ipu_id=1)
         self.layer3 = torch.nn.Linear(5, 5)
-        self.layer4 = poptorch().BeginBlock(torch.nn.Linear(5, 5), ipu_id=2)
-        self.softmax = poptorch().BeginBlock(torch.nn.Softmax(dim=1), ipu_id=3)
+        self.layer4 = poptorch.BeginBlock(torch.nn.Linear(5, 5), ipu_id=2)
+        self.softmax = poptorch.BeginBlock(torch.nn.Softmax(dim=1), ipu_id=3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.softmax(self.layer4(self.layer3(self.layer2(self.layer1(x)))))
@@ -87,13 +86,13 @@ class BlockContextModule(ClassifierBase):
         self.softmax = torch.nn.Softmax(dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with poptorch().Block(ipu_id=0):
+        with poptorch.Block(ipu_id=0):
             x = self.act(self.layer1(x))
-        with poptorch().Block(ipu_id=1):
+        with poptorch.Block(ipu_id=1):
             x = self.act(self.layer2(x))
-        with poptorch().Block(ipu_id=2):
+        with poptorch.Block(ipu_id=2):
             x = self.act(self.layer3(x))
             x = self.act(self.layer4(x))
-        with poptorch().Block(ipu_id=3):
+        with poptorch.Block(ipu_id=3):
             x = self.softmax(x)
         return x

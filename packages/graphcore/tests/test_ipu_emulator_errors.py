@@ -206,12 +206,12 @@ def test_dataloader_combines_the_batches(poptorch: ModuleType) -> None:
 def test_seam_without_emulation_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     from lightning_accel.core.emulation import reset_emulation_settings
     from lightning_accel.core.errors import DeviceUnavailableError
-    from lightning_accel.graphcore.sdk import poptorch
+    from lightning_accel.graphcore import sdk
 
     monkeypatch.setenv("LIGHTNING_ACCEL_EMULATE", "0")
     reset_emulation_settings()
     with pytest.raises(DeviceUnavailableError, match=r"poptorch, which is not installed.*LIGHTNING_ACCEL_EMULATE=ipu"):
-        poptorch()
+        sdk.poptorch  # noqa: B018
 
 
 def test_stages_group_blocks(poptorch: ModuleType) -> None:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -46,18 +44,3 @@ def test_availability_states(monkeypatch: pytest.MonkeyPatch) -> None:
     reset_emulation_settings()
     state = availability()
     assert state.state == "unavailable" and "LIGHTNING_ACCEL_EMULATE=ipu" in state.reason
-
-
-def test_real_poptorch_is_preferred_when_installed(tmp_path: Path) -> None:
-    # A stand-in for the SDK's poptorch module on the path: four IPUs of hardware.
-    (tmp_path / "poptorch.py").write_text("def ipuHardwareIsAvailable(num_ipus=1):\n    return num_ipus <= 4\n")
-    code = (
-        "import json; from lightning_accel.graphcore.availability import availability; "
-        "from lightning_accel.graphcore import sdk; a = availability(); "
-        "print(json.dumps([a.state, a.devices, sdk.poptorch().__file__, str(sdk.host_device()), sdk.available_ipus()]))"
-    )
-    state, devices, module, host, ipus = json.loads(
-        _run(code, PYTHONPATH=str(tmp_path), LIGHTNING_ACCEL_EMULATE="ipu", LIGHTNING_ACCEL_AUTOLOAD="0")
-    )
-    assert (state, devices, host, ipus) == ("hardware", 4, "cpu", 4)
-    assert module == str(tmp_path / "poptorch.py")

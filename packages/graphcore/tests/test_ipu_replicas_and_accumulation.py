@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import poptorch
 import pytest
 import torch
 from ipu_models import Linear, blobs
@@ -16,7 +17,6 @@ from torch.utils.data import DataLoader
 
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.graphcore import IPUStrategy
-from lightning_accel.graphcore.sdk import poptorch
 
 QUIET: dict[str, Any] = {
     "logger": False,
@@ -50,7 +50,7 @@ class RecordReplicas(Callback):
 
 
 def test_options_decide_the_replicas_when_devices_is_not_given(tmp_path: Path) -> None:
-    strategy = IPUStrategy(training_opts=poptorch().Options().replicationFactor(2))
+    strategy = IPUStrategy(training_opts=poptorch.Options().replicationFactor(2))
     assert strategy.replication_factor == 2  # before any Trainer sees it
     record = RecordReplicas()
     trainer = Trainer(
@@ -70,13 +70,13 @@ def test_without_devices_or_options_every_emulated_ipu_is_a_replica(tmp_path: Pa
 
 
 def test_explicit_devices_and_matching_options_agree(tmp_path: Path) -> None:
-    options = poptorch().Options().replicationFactor(2)
+    options = poptorch.Options().replicationFactor(2)
     trainer = Trainer(accelerator="ipu", devices=2, strategy=IPUStrategy(training_opts=options), **QUIET)
     assert trainer.strategy.replication_factor == 2  # type: ignore[attr-defined]
 
 
 def test_explicit_devices_contradicted_by_options_is_an_error(tmp_path: Path) -> None:
-    options = poptorch().Options().replicationFactor(4)
+    options = poptorch.Options().replicationFactor(4)
     trainer = Trainer(
         accelerator="ipu", devices=2, strategy=IPUStrategy(training_opts=options), default_root_dir=tmp_path, **QUIET
     )
@@ -87,8 +87,8 @@ def test_explicit_devices_contradicted_by_options_is_an_error(tmp_path: Path) ->
 
 
 def test_training_and_inference_options_that_disagree_are_an_error() -> None:
-    training = poptorch().Options().replicationFactor(2)
-    inference = poptorch().Options().replicationFactor(1)
+    training = poptorch.Options().replicationFactor(2)
+    inference = poptorch.Options().replicationFactor(1)
     with pytest.raises(
         ConfigurationError,
         match=r"training_opts=\.\.\. \.replicationFactor\(2\), inference_opts=\.\.\. \.replicationFactor\(1\)\): the "
@@ -98,7 +98,7 @@ def test_training_and_inference_options_that_disagree_are_an_error() -> None:
 
 
 def test_options_asking_for_more_replicas_than_ipus_is_an_error() -> None:
-    strategy = IPUStrategy(training_opts=poptorch().Options().replicationFactor(16))
+    strategy = IPUStrategy(training_opts=poptorch.Options().replicationFactor(16))
     with pytest.raises(ConfigurationError, match=r"replicationFactor\(16\), but only 8 IPU\(s\) can be reserved"):
         Trainer(accelerator="ipu", strategy=strategy, **QUIET)
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import poptorch
 import pytest
 import torch
 from ipu_models import BeginBlockModule, BlockContextModule, Linear
@@ -15,7 +16,6 @@ from lightning.pytorch.trainer.states import RunningStage
 
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.graphcore import IPUPlugin, IPUPrecision, IPUStrategy
-from lightning_accel.graphcore.sdk import poptorch
 
 
 def quiet(tmp_path: Path, **kwargs: Any) -> dict[str, Any]:
@@ -75,12 +75,12 @@ def test_device_iterations_32(tmp_path: Path) -> None:
 
 
 def test_custom_options_with_output_mode_all(tmp_path: Path) -> None:
-    inference_opts = poptorch().Options()
+    inference_opts = poptorch.Options()
     inference_opts.deviceIterations(32)
 
-    training_opts = poptorch().Options()
+    training_opts = poptorch.Options()
     # The seed's anchorMode(poptorch.AnchorMode.All): poptorch 3 calls it outputMode(poptorch.OutputMode.All).
-    training_opts.outputMode(poptorch().OutputMode.All)
+    training_opts.outputMode(poptorch.OutputMode.All)
     training_opts.deviceIterations(32)
 
     trainer = Trainer(
@@ -103,7 +103,7 @@ def test_custom_options_with_output_mode_all(tmp_path: Path) -> None:
             executors["validation"] = models[RunningStage.VALIDATING].options
 
     trainer.fit(Recording(rows=8 * 32 * 2))
-    assert executors["training"].output_mode == poptorch().OutputMode.All
+    assert executors["training"].output_mode == poptorch.OutputMode.All
     assert executors["training"].device_iterations == 32
     assert executors["validation"].device_iterations == 32
     assert len(outputs) == 1 and outputs[0].dim() == 0  # the mean over every micro-batch returned

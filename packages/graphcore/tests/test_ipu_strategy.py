@@ -254,7 +254,7 @@ def test_unsupported_precision_is_refused(tmp_path: Path, precision: str) -> Non
 
 
 def test_contradicting_options_are_refused(tmp_path: Path) -> None:
-    options = poptorch().Options().replicationFactor(4)
+    options = poptorch.Options().replicationFactor(4)
     trainer = make_trainer(tmp_path, devices=2, strategy=IPUStrategy(training_opts=options))
     with pytest.raises(
         ConfigurationError, match=r"training_opts.replicationFactor\(4\) contradicts Trainer\(devices=2\)"

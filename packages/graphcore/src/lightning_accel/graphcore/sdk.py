@@ -1,63 +1,107 @@
 """The poptorch seam: the only module that imports poptorch.
 
-:func:`poptorch` returns the real ``poptorch`` when it is installed, the package's emulator when
-``LIGHTNING_ACCEL_EMULATE`` includes ``ipu``, and otherwise raises :class:`DeviceUnavailableError` saying how to
-fix it. Nothing is imported or probed until it is first called. User code written against poptorch runs
-unchanged when it gets the module from here:
+``poptorch`` here is the poptorch module to use. Which one answers that name is decided by the environment:
+
+* ``LIGHTNING_ACCEL_EMULATE=ipu`` (or ``all``): the package's emulator, which also answers ``import poptorch``
+  (lightning-accel-core's import aliases, declared in this distribution's entry points), even where poptorch is
+  installed: an explicit request wins, so that emulated runs can be compared with hardware runs on one machine;
+* otherwise, when poptorch (from the Poplar SDK) is installed: the real poptorch;
+* otherwise: :class:`~lightning_accel.core.DeviceUnavailableError` saying how to install poptorch or turn the
+  emulator on.
+
+Nothing is imported or probed before the first use. User code written against poptorch runs unchanged on both,
+with ``import poptorch`` or through the seam:
 
 Example:
-    .. code-block:: python
-
-        from lightning_accel.graphcore.sdk import poptorch
-
-        class Net(LightningModule):
-            def __init__(self):
-                super().__init__()
-                self.layer1 = poptorch().BeginBlock(torch.nn.Linear(5, 10), ipu_id=0)
-
-    or, with the module-like accessor, ``from lightning_accel.graphcore import sdk`` then
-    ``sdk.poptorch().BeginBlock(...)``.
+    >>> import os; os.environ["LIGHTNING_ACCEL_EMULATE"] = "ipu"
+    >>> from lightning_accel.core.emulation import reset_emulation_settings; reset_emulation_settings()
+    >>> from lightning_accel.graphcore.sdk import poptorch
+    >>> import poptorch as by_name
+    >>> by_name is poptorch
+    True
+    >>> poptorch.Options().deviceIterations(32).device_iterations
+    32
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import importlib.machinery
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from lightning_accel.core.emulation import announce_emulation, emulation_settings
+from lightning_accel.core.emulation import (
+    EMULATE_VAR,
+    announce_emulation,
+    emulation_settings,
+    follow_emulated_sdk_names,
+)
 from lightning_accel.core.errors import DeviceUnavailableError
 
-__all__ = ["available_ipus", "host_device", "poptorch", "real_poptorch_installed"]
+if TYPE_CHECKING:
+    import torch
 
+__all__ = [
+    "DEVICE_TYPE",
+    "SDK_PACKAGE",
+    "available_ipus",
+    "host_device",
+    "is_emulated",
+    "poptorch_module",
+    "real_poptorch_installed",
+]
+
+DEVICE_TYPE = "ipu"
+SDK_PACKAGE = "poptorch"
+_EMULATOR = "lightning_accel.graphcore._emulator"
 _MAX_IPUS = 64
+# What the last poptorch releases (3.3, 3.4) need; see docs/graphcore/ipu.md, "IPU stack".
+_STACK_HINT = (
+    "poptorch 3.3 and 3.4 need torch==2.0.1 exactly (they check it when imported) and Lightning 2.3.3 at most: "
+    "install lightning-accel-graphcore with `pip install torch==2.0.1 lightning==2.3.3` next to the poptorch wheel "
+    "of your Poplar SDK, and enable the SDK (`source <sdk>/enable`)"
+)
+
+
+def is_emulated() -> bool:
+    """Whether the seam hands out the emulator (``LIGHTNING_ACCEL_EMULATE`` includes ``ipu``)."""
+    return emulation_settings().emulates(DEVICE_TYPE)
 
 
 def real_poptorch_installed() -> bool:
-    """Whether the real ``poptorch`` (from the Poplar SDK) can be imported; does not import it."""
-    return importlib.util.find_spec("poptorch") is not None
+    """Whether the real ``poptorch`` (from the Poplar SDK) is on the path; does not import it.
+
+    The search skips the emulator's import alias, so it answers the same with emulation on or off.
+    """
+    return importlib.machinery.PathFinder.find_spec(SDK_PACKAGE) is not None
 
 
-def poptorch() -> ModuleType:
-    """The poptorch module to use: the real one, or the emulator when IPU emulation is on.
+def poptorch_module() -> ModuleType:
+    """The poptorch module to use: the emulator when IPU emulation is on, else the installed poptorch.
 
     Raises:
-        DeviceUnavailableError: When poptorch is not installed and IPU emulation is off.
+        DeviceUnavailableError: When emulation is off and poptorch is missing or cannot be imported (for example
+            next to another torch than the one it was built for).
     """
-    if real_poptorch_installed():
-        return importlib.import_module("poptorch")
-    if emulation_settings().emulates("ipu"):
-        announce_emulation("ipu", "poptorch")
-        from . import _emulator
-
-        return _emulator
-    raise DeviceUnavailableError(
-        "Graphcore IPUs need poptorch, which is not installed: it ships with the Poplar SDK (see "
-        "https://docs.graphcore.ai/, install the poptorch wheel from the SDK). To run on the software emulator "
-        "instead, set LIGHTNING_ACCEL_EMULATE=ipu."
-    )
+    follow_emulated_sdk_names()
+    if is_emulated():
+        announce_emulation(DEVICE_TYPE, SDK_PACKAGE)
+        return importlib.import_module(_EMULATOR)
+    if not real_poptorch_installed():
+        raise DeviceUnavailableError(
+            "Graphcore IPUs need poptorch, which is not installed: it ships with the Poplar SDK (see "
+            "https://docs.graphcore.ai/, install the poptorch wheel from the SDK). To run on the software emulator "
+            f"instead, set {EMULATE_VAR}=ipu."
+        )
+    try:
+        return importlib.import_module(SDK_PACKAGE)
+    except (AssertionError, ImportError) as exc:
+        # poptorch asserts its torch version when imported (python/__init__.py, poptorch 3.4) and fails to load
+        # its C++ core when the SDK is not enabled.
+        raise DeviceUnavailableError(
+            f"poptorch is installed but cannot be imported: {type(exc).__name__}: {exc}. {_STACK_HINT}. To run on the "
+            f"software emulator instead, set {EMULATE_VAR}=ipu."
+        ) from exc
 
 
 def host_device() -> torch.device:
@@ -66,7 +110,9 @@ def host_device() -> torch.device:
     poptorch takes host (CPU) tensors; the emulator computes on its backing device
     (``LIGHTNING_ACCEL_EMULATE_BACKEND``).
     """
-    if real_poptorch_installed():
+    import torch
+
+    if not is_emulated():
         return torch.device("cpu")
     backend = emulation_settings().backend
     return torch.device(backend, 0) if backend == "cuda" else torch.device(backend)
@@ -74,13 +120,20 @@ def host_device() -> torch.device:
 
 def available_ipus() -> int:
     """How many IPUs this process can reserve (at most 64), probing powers of two as poptorch allows."""
-    module = poptorch()
+    module = poptorch_module()
+    if is_emulated():
+        # The emulated system's size is known exactly, power of two or not.
+        return min(emulation_settings().devices, _MAX_IPUS)
     count = 0
     size = 1
     while size <= _MAX_IPUS and module.ipuHardwareIsAvailable(size):
         count = size
         size *= 2
-    if real_poptorch_installed():
-        return count
-    # The emulated system's size is known exactly, power of two or not.
-    return min(emulation_settings().devices, _MAX_IPUS)
+    return count
+
+
+def __getattr__(name: str) -> Any:
+    # ``from lightning_accel.graphcore.sdk import poptorch`` resolves the module at that statement.
+    if name == "poptorch":
+        return poptorch_module()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

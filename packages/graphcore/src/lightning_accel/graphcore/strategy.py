@@ -132,10 +132,10 @@ class IPUStrategy(ParallelStrategy):
                 f"IPUStrategy(autoreport_dir={autoreport_dir!r}) is not accepted: pass a directory path or None."
             )
         for argument, opts in (("training_opts", training_opts), ("inference_opts", inference_opts)):
-            if opts is not None and not isinstance(opts, sdk.poptorch().Options):
+            if opts is not None and not isinstance(opts, sdk.poptorch.Options):
                 raise ConfigurationError(
-                    f"IPUStrategy({argument}={opts!r}) is not accepted: pass a poptorch.Options (from "
-                    "lightning_accel.graphcore.sdk.poptorch()) or None."
+                    f"IPUStrategy({argument}={opts!r}) is not accepted: pass a poptorch.Options (`import poptorch`, "
+                    "or lightning_accel.graphcore.sdk.poptorch) or None."
                 )
         if device is not None and parallel_devices is None:
             parallel_devices = [device]
@@ -177,7 +177,7 @@ class IPUStrategy(ParallelStrategy):
 
     @property
     def _poptorch(self) -> ModuleType:
-        return sdk.poptorch()
+        return sdk.poptorch_module()
 
     @property
     @override

@@ -1,7 +1,8 @@
 """A software emulator of Graphcore's ``poptorch`` with its observable semantics, in pure PyTorch.
 
-Handed out by :mod:`lightning_accel.graphcore.sdk` when ``LIGHTNING_ACCEL_EMULATE`` includes ``ipu`` and no real
-poptorch is installed. It emulates ``LIGHTNING_ACCEL_EMULATED_DEVICES`` IPUs (default 8) on the backing device.
+With ``LIGHTNING_ACCEL_EMULATE`` including ``ipu`` it answers ``import poptorch`` (and ``poptorch.optim``) and is
+what :mod:`lightning_accel.graphcore.sdk` hands out, even where the real poptorch is installed: an explicit request
+to emulate wins. It emulates ``LIGHTNING_ACCEL_EMULATED_DEVICES`` IPUs (default 8) on the backing device.
 What it reproduces and where it differs from hardware is listed in the package README.
 
 Example:

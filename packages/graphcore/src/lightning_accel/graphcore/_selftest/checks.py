@@ -86,8 +86,8 @@ def pipeline(ctx: CheckContext) -> str:
     if ctx.devices < 2:
         raise CheckSkipped(f"a two-stage pipeline needs 2 IPUs; {ctx.devices} available")
     model = _seeded_classifier(lr=0.2)
-    model.net[0] = poptorch().BeginBlock(model.net[0], ipu_id=0)
-    model.net[2] = poptorch().BeginBlock(model.net[2], ipu_id=1)
+    model.net[0] = poptorch.BeginBlock(model.net[0], ipu_id=0)
+    model.net[2] = poptorch.BeginBlock(model.net[2], ipu_id=1)
     trainer = _fit(model, epochs=4, accumulate_grad_batches=4)
     score = _require_accuracy(model, "two-stage pipeline")
     return f"2 stages, gradient accumulation 4, {trainer.global_step} host calls; accuracy {score:.3f}"

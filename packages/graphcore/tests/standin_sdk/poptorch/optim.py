@@ -1,0 +1,1 @@
+"""Stand-in for poptorch.optim (see ../../README.md)."""
