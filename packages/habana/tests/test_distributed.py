@@ -115,3 +115,54 @@ def test_lightning_ddp_fails_on_the_index_less_hpu_where_hpu_parallel_starts(tmp
     assert process.returncode == 0, process.stderr[-3000:]
     assert "LIGHTNING_DDP: Please use a device_id with index." in process.stdout
     assert "HPU_PARALLEL: hpu hccl" in process.stdout
+
+
+def _two_node_env(launcher: str, node_rank: int, port: str) -> dict[str, str]:
+    if launcher == "slurm":
+        # What srun gives each task of `srun --nodes=2 --ntasks-per-node=1` (Lightning's SLURMEnvironment reads these).
+        return script_env(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            SLURM_NTASKS="2",
+            SLURM_NTASKS_PER_NODE="1",
+            SLURM_PROCID=str(node_rank),
+            SLURM_LOCALID="0",
+            SLURM_NODEID=str(node_rank),
+            SLURM_NODELIST="node[0-1]",
+            SLURM_JOB_NAME="train",
+            SLURM_JOB_ID="4242",
+        )
+    return script_env()
+
+
+def _two_node_command(launcher: str, node_rank: int, port: str, out: Path) -> list[str]:
+    script = [SCRIPT, "--out", str(out), "--devices", "1", "--num-nodes", "2"]
+    if launcher == "torchrun":
+        # torchrun's static rendezvous, as on two hosts of a Gaudi cluster.
+        return [PYTHON, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node_rank}",
+                "--master-addr=127.0.0.1", f"--master-port={port}", *script]  # fmt: skip
+    return [PYTHON, *script]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "slurm"])
+def test_two_nodes_through_the_launchers_gaudi_clusters_use(tmp_path: Path, launcher: str) -> None:
+    port = str(free_port())
+    nodes = [
+        subprocess.Popen(
+            _two_node_command(launcher, node_rank, port, tmp_path),
+            env=_two_node_env(launcher, node_rank, port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node_rank in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    for node, (_, stderr) in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, stderr[-4000:]
+    results = _results(tmp_path, 2)
+    _check_same_training(results, 2)
+    assert [r["node_rank"] for r in results] == [0, 1]
+    environment = {"torchrun": "TorchElasticEnvironment", "slurm": "SLURMEnvironment"}[launcher]
+    assert [r["environment"] for r in results] == [environment] * 2

@@ -42,6 +42,7 @@ class _Record(Callback):
                 "world_size": dist.get_world_size(),
                 "global_rank": trainer.global_rank,
                 "node_rank": trainer.node_rank,
+                "environment": type(trainer.strategy.cluster_environment).__name__,
                 "sum": summed.item(),
                 "max": maximum.item(),
                 "mean": mean.item(),
