@@ -166,3 +166,14 @@ def test_poptorch_assertions_while_compiling_become_clear_errors(tmp_path: Path)
 
     with pytest.raises(ConfigurationError, match=r"(?s)poptorch could not compile the training model: .*SameAsIpu.*"):
         fit(NoIpuForTheBlock(), "ipu", [], default_root_dir=str(tmp_path))
+
+
+def test_gradient_clipping_with_rmsprop_is_refused_as_poptorch_has_no_max_grad_norm_for_it(tmp_path: Path) -> None:
+    from lightning_accel.core.errors import ConfigurationError
+
+    class WithRMSprop(Counted):
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.RMSprop(self.parameters(), lr=0.01)
+
+    with pytest.raises(ConfigurationError, match=r"poptorch\.optim\.RMSprop has no max_grad_norm"):
+        fit(WithRMSprop(rows=40, batch_size=4), "ipu", [], gradient_clip_val=1.0, default_root_dir=str(tmp_path))

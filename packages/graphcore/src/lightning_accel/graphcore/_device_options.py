@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from types import ModuleType
 from typing import Any
 
@@ -97,10 +98,18 @@ def device_optimizer(optimizer: Any, poptorch: ModuleType, max_grad_norm: float 
     groups = [dict(group) for group in optimizer.param_groups]
     if any(group.get("amsgrad") for group in groups):
         raise ConfigurationError("Adam(amsgrad=True) is not supported on IPUs: pass amsgrad=False.")
-    loss_scaling = getattr(optimizer, "loss_scaling", None)
+    extras: dict[str, Any] = {"loss_scaling": getattr(optimizer, "loss_scaling", None)}
     if max_grad_norm is None:
         max_grad_norm = getattr(optimizer, "max_grad_norm", None)
-    return device_kind(groups, lr=groups[0]["lr"], loss_scaling=loss_scaling, max_grad_norm=max_grad_norm)
+    if max_grad_norm is not None:
+        if "max_grad_norm" not in inspect.signature(device_kind).parameters:
+            raise ConfigurationError(
+                f"Gradient clipping (Trainer(gradient_clip_val={max_grad_norm})) is not available with "
+                f"{type(optimizer).__name__} on IPUs: poptorch.optim.{device_kind.__name__} has no max_grad_norm. "
+                "Use SGD, Adam or AdamW, or train without gradient_clip_val."
+            )
+        extras["max_grad_norm"] = max_grad_norm
+    return device_kind(groups, lr=groups[0]["lr"], **extras)
 
 
 def sync_hyperparameters(source: Any, target: Any) -> None:

@@ -208,7 +208,7 @@ class AdamW(DeviceOptimizerMixin, torch.optim.AdamW):
 
 
 class RMSprop(DeviceOptimizerMixin, torch.optim.RMSprop):
-    """``poptorch.optim.RMSprop``.
+    """``poptorch.optim.RMSprop`` (no ``max_grad_norm``, as in poptorch 3.4).
 
     Example:
         >>> RMSprop(torch.nn.Linear(2, 1).parameters(), lr=0.01).max_grad_norm is None
@@ -225,12 +225,12 @@ class RMSprop(DeviceOptimizerMixin, torch.optim.RMSprop):
         momentum: float = 0.0,
         centered: bool = False,
         loss_scaling: float | None = None,
-        max_grad_norm: float | None = None,
     ) -> None:
+        # No max_grad_norm: poptorch 3.4's RMSprop has none (optim.py, unlike SGD, Adam, AdamW and LAMB).
         torch.optim.RMSprop.__init__(
             self, params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered
         )
-        self._init_device_attributes(loss_scaling, max_grad_norm)
+        self._init_device_attributes(loss_scaling, None)
 
 
 # What setOptimizer accepts: torch's four and their poptorch subclasses.
