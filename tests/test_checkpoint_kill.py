@@ -34,12 +34,14 @@ CASES = [
     ("hpu_fsdp", "write:1", "previous"),
     ("hpu_fsdp:sharded", "write:1", "previous"),
     ("hpu_fsdp:sharded", "swap:2", "new"),
+    # IPUStrategy: Lightning's checkpoint I/O, serialised in memory and written through an fsspec transaction.
+    ("ipu_strategy", "write:1", "previous"),
 ]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_ACCEL_")}
-    env.update(LIGHTNING_ACCEL_EMULATE="hpu", DS_ACCELERATOR="hpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(LIGHTNING_ACCEL_EMULATE="hpu,ipu", DS_ACCELERATOR="hpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -138,7 +138,7 @@ def trainer(name: str, **kwargs: Any) -> Trainer:
 
         strategy = HPUFSDPStrategy(state_dict_type="sharded")
     return Trainer(
-        accelerator="hpu",
+        accelerator="ipu" if name == "ipu_strategy" else "hpu",
         devices=int(os.environ.get("DEVICES", "1")),
         strategy=strategy,
         logger=False,
