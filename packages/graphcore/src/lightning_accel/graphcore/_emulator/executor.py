@@ -668,18 +668,22 @@ class PoplarExecutor:
             self.copyWeightsToDevice()
             self._host_weights_version = trainer._host_weights_version
 
-    def _run_once(self, inputs: list[torch.Tensor], index: int) -> tuple[Any, torch.Tensor | None]:
-        """Run the compiled program on micro-batch ``index``."""
+    def _runner(self, inputs: list[torch.Tensor]) -> Any:
+        """Run the compiled program on micro-batch ``index`` of ``inputs`` (weights as they are at that moment)."""
         assert self._executable is not None
+        program = self._executable.program
         state = [self._device_state[name] for name in self._executable.state_names]
-        return self._executable.program.run(state, [leaf[index] for leaf in inputs])
+        micro_batches = [leaf.unbind(0) for leaf in inputs]
+
+        def run(index: int) -> tuple[Any, torch.Tensor | None]:
+            return program.run(state, [leaf[index] for leaf in micro_batches])
+
+        return run
 
     def _run_inference(self, inputs: list[torch.Tensor]) -> list[Any]:
-        outputs = []
+        run = self._runner(inputs)
         with torch.no_grad():
-            for index in range(self._batch_factor):
-                outputs.append(self._run_once(inputs, index)[0])
-        return outputs
+            return [run(index)[0] for index in range(self._batch_factor)]
 
     def _run_training(self, inputs: list[torch.Tensor]) -> list[Any]:
         opts = self._options
@@ -691,16 +695,20 @@ class PoplarExecutor:
         max_grad_norm = getattr(self._optimizer, "max_grad_norm", None)
         params = [p for group in optimizer.param_groups for p in group["params"]]
         outputs = []
+        run = self._runner(inputs)
+        scale = loss_scaling / (accumulation * replicas) if mean else loss_scaling
+        seed: torch.Tensor | None = None
         with torch.enable_grad():
             for iteration in range(opts.device_iterations):
                 for param in params:
                     param.grad = None
                 for step in range(accumulation * replicas):
                     index = iteration * accumulation * replicas + step
-                    out, loss = self._run_once(inputs, index)
+                    out, loss = run(index)
                     assert loss is not None
-                    scale = loss_scaling / (accumulation * replicas) if mean else loss_scaling
-                    loss.backward(torch.full_like(loss, scale))
+                    if seed is None:
+                        seed = torch.full_like(loss, scale)
+                    loss.backward(seed)
                     outputs.append(_detach(out))
                 with torch.no_grad():
                     grads = [p for p in params if p.grad is not None]

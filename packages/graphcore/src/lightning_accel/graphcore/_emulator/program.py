@@ -44,7 +44,12 @@ class Program:
         constants: dict[int, Any],
         with_loss: bool,
     ) -> None:
+        # Positional leaves in, a list out: the pytree (un)flattening make_fx generates costs more than a small
+        # model's operators, and the leaves are flat already.
+        graph.graph._codegen = torch.fx.graph.CodeGen()
+        graph.recompile()
         self.graph = graph
+        self._forward = graph.forward
         self._output_spec = output_spec
         self._tensor_positions = tensor_positions
         self.constants = constants
@@ -53,7 +58,7 @@ class Program:
 
     def run(self, state: list[torch.Tensor], inputs: list[torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
         """Execute the graph on ``state`` (weights and buffers) and the micro-batch's tensor ``inputs``."""
-        results = list(self.graph(state, *inputs))
+        results = list(self._forward(*state, *inputs))
         loss = results.pop() if self._with_loss else None
         leaves: list[Any] = [None] * self._leaf_count
         for position, value in zip(self._tensor_positions, results, strict=True):
