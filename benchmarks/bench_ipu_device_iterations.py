@@ -5,6 +5,11 @@ one torch thread for every row, all measured in one run. Each row reports traini
 epochs after the first (the first compiles the emulated executable and warms caches). `device_iterations` moves
 that many micro-batches (and weight updates) per host call, which is what makes it pay off on real IPUs; on the
 emulator it amortises the per-call Lightning overhead only. Results: benchmarks/results/ipu_device_iterations.*
+
+Timing: ``--clock process`` (the default) uses the process's CPU time instead of the wall clock (every setup runs
+in this one process on one thread, so it measures the same work without the time spent waiting for a core on a
+shared machine), and ``--repeats 3`` (the default) measures every setup in three round-robin rounds and keeps the
+best of each.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "ipu")
 
@@ -25,6 +32,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_accel.graphcore import IPUStrategy
 
 RESULTS = Path(__file__).parent / "results"
+CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+clock = CLOCKS["wall"]
 MICRO_BATCH = 16
 SAMPLES = 16384
 
@@ -60,10 +69,10 @@ class EpochClock(L.Callback):
         self.ends: list[float] = []
 
     def on_train_epoch_start(self, *args: object) -> None:
-        self.starts.append(time.perf_counter())
+        self.starts.append(clock())
 
     def on_train_epoch_end(self, *args: object) -> None:
-        self.ends.append(time.perf_counter())
+        self.ends.append(clock())
 
 
 def lightning_rate(epochs: int, accelerator: str, device_iterations: int | None) -> float:
@@ -95,43 +104,59 @@ def plain_rate(epochs: int) -> float:
     start = 0.0
     for epoch in range(epochs):
         if epoch == 1:
-            start = time.perf_counter()
+            start = clock()
         for x, y in loader:
             optimizer.zero_grad()
             nn.functional.cross_entropy(net(x), y).backward()
             optimizer.step()
-    return (SAMPLES // MICRO_BATCH) * MICRO_BATCH * (epochs - 1) / (time.perf_counter() - start)
+    return (SAMPLES // MICRO_BATCH) * MICRO_BATCH * (epochs - 1) / (clock() - start)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--iterations", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="process")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds over every setup; each keeps its best")
     args = parser.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
     torch.set_num_threads(1)
-    rows = [
-        {"setup": "plain PyTorch loop", "device_iterations": None, "samples_per_s": plain_rate(args.epochs)},
-        {
-            "setup": "Lightning, accelerator=cpu",
-            "device_iterations": None,
-            "samples_per_s": lightning_rate(args.epochs, "cpu", None),
-        },
+    setups: list[tuple[str, int | None, Callable[[], float]]] = [
+        ("plain PyTorch loop", None, lambda: plain_rate(args.epochs)),
+        ("Lightning, accelerator=cpu", None, lambda: lightning_rate(args.epochs, "cpu", None)),
+        *(("Lightning, emulated IPU", n, lambda n=n: lightning_rate(args.epochs, "ipu", n)) for n in args.iterations),
     ]
-    for iterations in args.iterations:
-        rate = lightning_rate(args.epochs, "ipu", iterations)
-        rows.append({"setup": "Lightning, emulated IPU", "device_iterations": iterations, "samples_per_s": rate})
+    best = [0.0] * len(setups)
+    # Round-robin, best of each: on a shared machine a slow moment then costs one round, not one setup.
+    for _ in range(args.repeats):
+        for index, (_, _, measure) in enumerate(setups):
+            best[index] = max(best[index], measure())
+    rows: list[dict[str, Any]] = [
+        {"setup": name, "device_iterations": iterations, "samples_per_s": rate}
+        for (name, iterations, _), rate in zip(setups, best, strict=True)
+    ]
     plain = rows[0]["samples_per_s"]
     for row in rows:
         row["vs_plain"] = row["samples_per_s"] / plain
     RESULTS.mkdir(exist_ok=True)
-    meta = {"micro_batch": MICRO_BATCH, "samples": SAMPLES, "epochs": args.epochs, "torch_threads": 1}
+    meta = {
+        "micro_batch": MICRO_BATCH,
+        "samples": SAMPLES,
+        "epochs": args.epochs,
+        "torch_threads": 1,
+        "clock": args.clock,
+        "repeats": args.repeats,
+    }
     (RESULTS / "ipu_device_iterations.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     lines = [
         "# Emulated IPU throughput against device_iterations",
         "",
-        f"MLP 64-128-128-10, micro-batch {MICRO_BATCH}, {SAMPLES} samples, epochs 2..{args.epochs} timed, "
-        "1 torch thread, one run. On real IPUs the gain from device_iterations comes from fewer host-device "
-        "round trips, which the emulator does not have; these numbers show the emulator's own cost.",
+        f"MLP 64-128-128-10, micro-batch {MICRO_BATCH}, {SAMPLES} samples, epochs 2..{args.epochs} timed "
+        f"({'process CPU time' if args.clock == 'process' else 'wall clock'}), 1 torch thread, best of {args.repeats} "
+        "round(s). "
+        "On real IPUs the gain from device_iterations comes from fewer host-device round trips, which the "
+        "emulator does not have; these numbers show the emulator's own cost.",
         "",
         "| setup | device_iterations | samples/s | vs plain loop |",
         "| --- | --- | --- | --- |",
