@@ -25,6 +25,7 @@ nox.options.sessions = [
     "typing",
     "core_tests",
     "core_tests_lightning23",
+    "ipu_stack_tests",
     "hpu_tests",
     "ipu_tests",
     "deepspeed_hpu_tests",
@@ -46,6 +47,30 @@ TEST_PLUGIN = "packages/core/tests/testplugin"
 # click: `fabric run` (Lightning's CLI) needs it and Lightning does not install it.
 TEST_TOOLS = ["pytest>=8", "scikit-learn", "psutil", "jsonargparse[signatures]>=4.27", "click"]
 PYTHON = "3.11"
+
+
+def _interpreter(version: str) -> str:
+    """An installed CPython ``version``: pyenv's when there is one (its shims answer only for the active versions)."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    found = sorted(root.glob(f"versions/{version}.*/bin/python{version}"))
+    return str(found[-1]) if found else version
+
+
+# The stack an IPU owner installs next to the Poplar SDK: poptorch 3.3 and 3.4 (the last) pin torch 2.0.1, whose
+# newest Lightning is 2.3.3, and the SDK's poptorch wheels are built for Python 3.8 (Ubuntu 20.04, cp38).
+IPU_STACK_PYTHON = _interpreter("3.8")
+IPU_STACK = ["torch==2.0.1", "lightning==2.3.3", "pytorch-lightning==2.3.3"]
+# setuptools < 81: Lightning 2.3 imports pkg_resources. jsonargparse < 4.36: lightning-utilities 0.11 (the last for
+# Python 3.8) reads the extras of later releases without their markers and reports LightningCLI's requirement unmet.
+IPU_STACK_TOOLS = [
+    "setuptools<81",
+    "pytest>=8",
+    "pytest-xdist",
+    "scikit-learn",
+    "psutil",
+    "click",
+    "jsonargparse[signatures]>=4.27,<4.36",
+]
 
 
 def install_base(session: nox.Session, *packages: str, editable: bool = True) -> None:
@@ -119,6 +144,24 @@ def hpu_tests(session: nox.Session) -> None:
 def ipu_tests(session: nox.Session) -> None:
     """Graphcore package: on real IPUs when present, otherwise on the poptorch emulator."""
     vendor_tests(session, IPU_PLAN, "graphcore")
+
+
+@nox.session(python=IPU_STACK_PYTHON)
+def ipu_stack_tests(session: nox.Session) -> None:
+    """Core and Graphcore on the IPU stack (Python 3.8, torch 2.0.1, Lightning 2.3.3), on the poptorch emulator.
+
+    torch 2.0.1 comes from the package index with its CUDA wheels (about 2.5 GB). Lightning 2.3 and torch 2.0 warn
+    about their own deprecated calls, which are not errors here (as in core_tests_lightning23).
+    """
+    session.install(*IPU_STACK)
+    session.install(*IPU_STACK_TOOLS)
+    session.install("-e", PACKAGES["core"])
+    session.install(TEST_PLUGIN)
+    warnings = ("-W", "ignore::DeprecationWarning", "-W", "ignore::FutureWarning")
+    session.run("pytest", "packages/core/tests", *warnings, *session.posargs)
+    session.install("-e", PACKAGES["graphcore"])
+    # Two workers: the Graphcore tests share nothing between processes (each has its own emulated IPUs).
+    session.run("pytest", "packages/graphcore/tests", "-n", "2", *warnings, *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["install"]
 
 _TRIGGERS = frozenset(("lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric"))
-_fired: set[tuple[str, int]] = set()
+_fired: "set[tuple[str, int]]" = set()
 
 
 def _fire(name: str, module: object) -> None:

@@ -48,13 +48,16 @@ def _read_entry_points(tokens: "tuple[str, ...]") -> "dict[str, str]":
     from importlib.metadata import entry_points
 
     everything = entry_points()
+    # Python 3.8 and 3.9 return a dict of group -> entry points; 3.10 and later an EntryPoints object.
+    selectable = hasattr(everything, "select")
+    names = everything.groups if selectable else everything.keys()
     if "all" in tokens:
-        groups = [group for group in everything.groups if group.startswith(GROUP_PREFIX)]
+        groups = [group for group in names if group.startswith(GROUP_PREFIX)]
     else:
         groups = [GROUP_PREFIX + token for token in tokens]
     table: dict[str, str] = {}
     for group in sorted(groups):
-        for entry in everything.select(group=group):
+        for entry in everything.select(group=group) if selectable else everything.get(group, ()):
             table.setdefault(entry.name, entry.value.partition(":")[0].strip())
     return table
 

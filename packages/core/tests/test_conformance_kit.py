@@ -1,5 +1,7 @@
 """The conformance kit itself, run against the CPU-backed test plugin."""
 
+from __future__ import annotations
+
 from lightning_accel.core.testing import AcceleratorConformance, FabricConformance
 
 

@@ -89,7 +89,7 @@ from lightning_accel_testplugin.fabric import TestFabricAccelerator, TestFabricS
 out = {}
 for name, module, flavour in (("lightning_fabric", lightning_fabric, "pytorch_lightning"), ("L", LF, "lightning")):
     fabric = module.Fabric(strategy=TestFabricSingleStrategy(accelerator=TestFabricAccelerator()), devices=1)
-    model, optimizer = fabric.setup(torch.nn.Linear(4, 2), torch.optim.SGD(torch.nn.Linear(4, 2).parameters()))
+    model, optimizer = fabric.setup(torch.nn.Linear(4, 2), torch.optim.SGD(torch.nn.Linear(4, 2).parameters(), lr=0.1))
     fabric.backward(model(torch.randn(3, 4)).sum())
     out[name] = [type(fabric.strategy).__module__, type(fabric.accelerator).__module__, leaks(fabric.strategy, flavour)]
 print("RESULT" + json.dumps(out))

@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 import pytest
 
 from lightning_accel.core.discovery import discovered_plugins

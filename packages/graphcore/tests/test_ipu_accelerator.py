@@ -14,6 +14,7 @@ from lightning.pytorch import Trainer
 from torch.utils.data import DataLoader
 
 from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.core.pycompat import strict_zip
 from lightning_accel.graphcore import IPUAccelerator, IPUPrecision, IPUStrategy
 
 
@@ -87,5 +88,5 @@ def test_validation_between_training_steps_keeps_the_device_optimizer_state(tmp_
     without_validation = copy.deepcopy(with_validation)
     fit(with_validation, val_check_interval=1, limit_val_batches=1, num_sanity_val_steps=0)
     fit(without_validation, limit_val_batches=0)
-    for a, b in zip(with_validation.parameters(), without_validation.parameters(), strict=True):
+    for a, b in strict_zip(with_validation.parameters(), without_validation.parameters()):
         torch.testing.assert_close(a, b)

@@ -9,6 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lightning_accel.core.pycompat import strict_zip
+
 
 class Regression(torch.nn.Module):
     def __init__(self) -> None:
@@ -55,7 +57,7 @@ def test_one_host_call_does_one_update_per_device_iteration(poptorch: ModuleType
 
     # The emulator's weights after one host call equal 4 plain-PyTorch updates over the same [di][ga][rf] layout.
     _reference(reference, x, y, di=4, ga=2, rf=2, lr=0.1, mean=reduction == "Mean")
-    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+    for got, want in strict_zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(got, want)
     # One update for the whole host call (the same 16 micro-batches) lands elsewhere, so the comparison above is
     # sensitive to the number of updates.
@@ -95,7 +97,7 @@ def test_accumulation_mean_matches_a_single_larger_batch(poptorch: ModuleType) -
     opts.Training.gradientAccumulation(2)
     poptorch.trainingModel(accumulated, opts)(x, y)
     poptorch.trainingModel(single, poptorch.Options())(x, y)
-    for a, b in zip(accumulated.parameters(), single.parameters(), strict=False):
+    for a, b in zip(accumulated.parameters(), single.parameters()):
         torch.testing.assert_close(a, b)
 
 
@@ -178,7 +180,7 @@ def test_clipping_by_norm_on_the_device(poptorch: ModuleType) -> None:
     )
     executor(x, y)
     before = [p.detach().clone() for p in reference.parameters()]
-    step = torch.cat([(a - b).flatten() for a, b in zip(clipped.parameters(), before, strict=False)])
+    step = torch.cat([(a - b).flatten() for a, b in zip(clipped.parameters(), before)])
     torch.testing.assert_close(step.norm(), torch.tensor(0.5))
     executor.destroy()
 

@@ -17,6 +17,7 @@ from ipu_models import Linear, blobs
 from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
 from torch.utils.data import DataLoader
 
+from lightning_accel.core.pycompat import strict_zip
 from lightning_accel.graphcore import IPUAccelerator, IPUStrategy
 
 
@@ -84,7 +85,7 @@ def test_training_step_runs_once_and_logs_the_values_of_every_step(tmp_path: Pat
     assert len(ipu_metrics.values) == 10
     losses = [step["train_loss"] for step in ipu_metrics.values]
     assert len(set(losses)) == 10, f"the logged loss must change every step, got {losses}"
-    for ipu_step, cpu_step in zip(ipu_metrics.values, cpu_metrics.values, strict=True):
+    for ipu_step, cpu_step in strict_zip(ipu_metrics.values, cpu_metrics.values):
         assert ipu_step.keys() == cpu_step.keys() == {"train_loss", "weight_norm"}
         for key in ipu_step:
             assert abs(ipu_step[key] - cpu_step[key]) < 1e-5, (key, ipu_step[key], cpu_step[key])
@@ -106,7 +107,7 @@ def test_host_side_weight_edit_between_epochs_reaches_the_device(tmp_path: Path)
     on_cpu = Counted(rows=40, batch_size=4)
     fit(on_ipu, "ipu", [ScaleWeightsAfterEpoch()], max_epochs=3, default_root_dir=str(tmp_path / "ipu"))
     fit(on_cpu, "cpu", [ScaleWeightsAfterEpoch()], max_epochs=3, default_root_dir=str(tmp_path / "cpu"))
-    for (name, ipu_param), cpu_param in zip(on_ipu.named_parameters(), on_cpu.parameters(), strict=True):
+    for (name, ipu_param), cpu_param in strict_zip(on_ipu.named_parameters(), on_cpu.parameters()):
         torch.testing.assert_close(ipu_param, cpu_param, msg=f"{name} differs from the CPU run's")
 
 
@@ -148,7 +149,7 @@ def test_checkpoint_saved_after_fit_resumes_to_the_weights_of_an_uninterrupted_r
     )
     trainer.fit(fresh, ckpt_path=checkpoint)
     assert trainer.global_step == 40
-    for (name, got), expected in zip(fresh.named_parameters(), uninterrupted.parameters(), strict=True):
+    for (name, got), expected in strict_zip(fresh.named_parameters(), uninterrupted.parameters()):
         torch.testing.assert_close(got, expected, msg=f"{name} differs from the uninterrupted run's")
 
 

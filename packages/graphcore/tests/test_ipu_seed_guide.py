@@ -10,7 +10,7 @@ from typing import Any
 import poptorch
 import pytest
 import torch
-from ipu_models import BeginBlockModule, BlockContextModule, Linear
+from ipu_models import BeginBlockModule, BlockContextModule, Linear, needs_cpu_float16
 from lightning.pytorch import Trainer
 from lightning.pytorch.trainer.states import RunningStage
 
@@ -53,6 +53,7 @@ def test_mixed_precision(tmp_path: Path) -> None:
     assert seen == {"input": torch.float16, "weight": torch.float32}
 
 
+@needs_cpu_float16
 def test_pure_16_bit(tmp_path: Path) -> None:
     model = Linear()
     model = model.half()

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from ipu_models import Linear, blobs
+from ipu_models import Linear, blobs, needs_cpu_float16
 from lightning.pytorch import Callback, Trainer
 from torch.utils.data import DataLoader
 
 from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.core.pycompat import strict_zip
 from lightning_accel.graphcore import IPUAccelerator, IPUPrecision, IPUStrategy
 from lightning_accel.graphcore.sdk import poptorch
 
@@ -72,7 +73,7 @@ def test_accumulate_grad_batches_gives_the_right_number_of_updates(tmp_path: Pat
     assert trainer.global_step == 3  # one Lightning step per host call
     assert trainer.accumulate_grad_batches == 2  # restored after fit
     reference_updates(reference, rows=64, micro=2, per_update=4, updates=6)
-    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+    for got, want in strict_zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(got, want)
     wrong = copy.deepcopy(reference)
     reference_updates(wrong, rows=64, micro=2, per_update=4, updates=1)
@@ -144,7 +145,7 @@ def test_gradient_clipping_by_norm_on_the_device(tmp_path: Path) -> None:
     model = Huge(rows=64)
     before = [p.detach().clone() for p in model.parameters()]
     make_trainer(tmp_path, gradient_clip_val=0.25, limit_train_batches=1).fit(model)
-    step = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before, strict=True)])
+    step = torch.cat([(p.detach() - b).flatten() for p, b in strict_zip(model.parameters(), before)])
     torch.testing.assert_close(step.norm(), torch.tensor(0.25))
 
 
@@ -217,7 +218,7 @@ def test_optimizer_state_is_checkpointed(tmp_path: Path) -> None:
     # Resuming restores the device's Adam moments: it continues exactly like an uninterrupted run.
     _, straight = run(max_epochs=2)
     _, resumed = run(max_epochs=2, ckpt_path=path)
-    for a, b in zip(resumed.parameters(), straight.parameters(), strict=True):
+    for a, b in strict_zip(resumed.parameters(), straight.parameters()):
         torch.testing.assert_close(a, b)
 
 
@@ -239,6 +240,7 @@ def test_evaluation_batches_not_divisible_by_the_replicas_are_cut_with_a_warning
     assert sum(len(p) for p in predictions) == 28
 
 
+@needs_cpu_float16
 def test_16_true_converts_the_model(tmp_path: Path) -> None:
     model = Linear(rows=64)
     trainer = make_trainer(tmp_path, precision="16-true", limit_train_batches=2)

@@ -37,6 +37,7 @@ from typing import Any
 from lightning_accel.core.compat import Flavour
 from lightning_accel.core.discovery import discovered_plugins
 from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.core.pycompat import strict_zip
 from lightning_accel.core.twins import TWIN_ROOT, twin_name
 
 __all__ = ["counterpart_class", "flavour_of", "to_tree"]
@@ -90,7 +91,7 @@ def flavour_of(module: str) -> Flavour | None:
 
 def _counterpart_module(module: str, flavour: Flavour) -> str:
     source: Flavour = "pytorch_lightning" if flavour == "lightning" else "lightning"
-    for old, new in zip(_LIGHTNING_ROOTS[source], _LIGHTNING_ROOTS[flavour], strict=True):
+    for old, new in strict_zip(_LIGHTNING_ROOTS[source], _LIGHTNING_ROOTS[flavour]):
         if _under(module, old):
             return new + module[len(old) :]
     if flavour == "lightning":
@@ -130,7 +131,7 @@ def _transplant(obj: Any, flavour: Flavour, memo: dict[int, Any]) -> Any:
     kind = type(obj)
     if kind in (list, tuple, set, frozenset):
         items = [_transplant(item, flavour, memo) for item in obj]
-        result: Any = obj if all(a is b for a, b in zip(items, obj, strict=True)) else kind(items)
+        result: Any = obj if all(a is b for a, b in strict_zip(items, obj)) else kind(items)
     elif kind is dict:
         pairs = {k: _transplant(v, flavour, memo) for k, v in obj.items()}
         result = obj if all(pairs[k] is v for k, v in obj.items()) else pairs

@@ -11,9 +11,10 @@ import os
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import Distribution, EntryPoint
 
 from lightning_accel.core.plugin import ENTRY_POINT_GROUP, PluginSpec
+from lightning_accel.core.pycompat import entry_points_of
 
 __all__ = [
     "DISABLE_VAR",
@@ -62,8 +63,7 @@ def disabled_names() -> frozenset[str]:
     return frozenset(part.strip().lower() for part in raw.split(",") if part.strip())
 
 
-def _load(entry_point: EntryPoint) -> DiscoveredPlugin | None:
-    dist = entry_point.dist
+def _load(entry_point: EntryPoint, dist: Distribution | None) -> DiscoveredPlugin | None:
     dist_name = dist.metadata["Name"] if dist is not None else f"<unknown distribution of {entry_point.value}>"
     version = dist.version if dist is not None else "?"
     try:
@@ -97,10 +97,10 @@ def discovered_plugins() -> tuple[DiscoveredPlugin, ...]:
     """
     disabled = disabled_names()
     seen: dict[str, DiscoveredPlugin] = {}
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+    for entry_point, dist in entry_points_of(ENTRY_POINT_GROUP):
         if entry_point.name.lower() in disabled or entry_point.name in seen:
             continue
-        plugin = _load(entry_point)
+        plugin = _load(entry_point, dist)
         if plugin is not None and plugin.name.lower() not in disabled:
             seen[plugin.name] = plugin
     return tuple(sorted(seen.values(), key=lambda plugin: plugin.name))

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.core.pycompat import strict_zip
 
 __all__ = ["device_optimizer", "resolve_options", "sync_hyperparameters"]
 
@@ -114,7 +115,7 @@ def device_optimizer(optimizer: Any, poptorch: ModuleType, max_grad_norm: float 
 
 def sync_hyperparameters(source: Any, target: Any) -> None:
     """Copy the hyper-parameters of every parameter group (learning rate after a scheduler step, ...)."""
-    for group, twin in zip(source.param_groups, target.param_groups, strict=True):
+    for group, twin in strict_zip(source.param_groups, target.param_groups):
         for key, value in group.items():
             if key != "params":
                 twin[key] = value

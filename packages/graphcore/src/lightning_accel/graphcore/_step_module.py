@@ -12,7 +12,7 @@ copy shares with the original (:class:`LogBook`), never into an attribute assign
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Dict, Tuple
 
 import torch
 from lightning.pytorch import LightningModule
@@ -21,7 +21,7 @@ from lightning_accel.core.errors import ConfigurationError
 
 __all__ = ["LogBook", "LogRecord", "StepModule"]
 
-LogRecord = tuple[str, dict[str, Any]]
+LogRecord = Tuple[str, Dict[str, Any]]  # typing names: evaluated at run time, on Python 3.8 too
 
 
 class LogBook:

@@ -20,6 +20,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.core.pycompat import strict_zip
 
 from . import sdk
 from ._dataloaders import to_poptorch_loader
@@ -521,7 +522,7 @@ class IPUStrategy(ParallelStrategy):
     def _log_on_host(self, records: list[Any], logged: tuple[torch.Tensor, ...]) -> None:
         module = self.lightning_module
         assert module is not None
-        for (name, kwargs), value in zip(records, logged, strict=True):
+        for (name, kwargs), value in strict_zip(records, logged):
             # The device returns the value per micro-batch (or replica) the output mode keeps: log their mean.
             module.log(name, value.detach().float().mean(), **kwargs)
 

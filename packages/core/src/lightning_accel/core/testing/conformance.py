@@ -15,6 +15,7 @@ from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
 
 from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.core.pycompat import strict_zip
 from lightning_accel.core.testing.models import DigitsClassifier, DigitsDataModule
 
 __all__ = ["AcceleratorConformance", "FabricConformance"]
@@ -120,7 +121,7 @@ class AcceleratorConformance:
         path = tmp_path / "model.ckpt"
         trainer.save_checkpoint(path)
         restored = DigitsClassifier.load_from_checkpoint(path, map_location="cpu")
-        for (name, saved), (_, original) in zip(restored.state_dict().items(), model.state_dict().items(), strict=True):
+        for (name, saved), (_, original) in strict_zip(restored.state_dict().items(), model.state_dict().items()):
             assert torch.equal(saved.cpu(), original.cpu()), name
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
         assert checkpoint["global_step"] == trainer.global_step > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["depends_on_lightning", "rewrite_imports"]
@@ -87,7 +87,7 @@ def _is_lightning(name: str) -> bool:
     return any(name == root or name.startswith(root + ".") for root in _LIGHTNING_ROOTS)
 
 
-@cache
+@lru_cache(maxsize=None)
 def depends_on_lightning(module_name: str) -> bool:
     """Whether ``module_name`` imports Lightning, directly or through modules of its own distribution.
 

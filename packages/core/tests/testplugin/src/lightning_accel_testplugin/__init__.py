@@ -1,5 +1,7 @@
 """A CPU-backed vendor plugin for lightning-accel-core's tests: accelerator ``testacc``."""
 
+from __future__ import annotations
+
 from typing import TYPE_CHECKING
 
 from lightning_accel.core.lazy import lazy_exports

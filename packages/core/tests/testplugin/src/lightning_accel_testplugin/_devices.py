@@ -1,5 +1,7 @@
 """Device parsing and statistics shared by the Trainer and Fabric accelerators."""
 
+from __future__ import annotations
+
 from typing import Any
 
 from lightning_accel.core.errors import ConfigurationError

@@ -1,5 +1,7 @@
 """The Trainer accelerator."""
 
+from __future__ import annotations
+
 from typing import Any
 
 import torch

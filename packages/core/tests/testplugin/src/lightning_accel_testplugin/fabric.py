@@ -1,5 +1,7 @@
 """Fabric counterparts."""
 
+from __future__ import annotations
+
 from typing import Any
 
 import torch

@@ -1,5 +1,7 @@
 """The plugin declaration (cheap: imports nothing heavy)."""
 
+from __future__ import annotations
+
 import os
 
 from lightning_accel.core import AcceleratorSpec, Availability, PluginSpec, StrategySpec

@@ -1,5 +1,7 @@
 """A precision plugin that the strategies substitute for Lightning's CUDA-flavoured mixed precision."""
 
+from __future__ import annotations
+
 from lightning.pytorch.plugins.precision import MixedPrecision
 
 

@@ -1,5 +1,7 @@
 """Trainer strategies for testacc."""
 
+from __future__ import annotations
+
 from typing import Any, ClassVar
 
 from lightning.pytorch.plugins.precision import Precision

@@ -16,7 +16,7 @@ from .tracing import current_context
 
 __all__ = ["BeginBlock", "Block", "BlockFunction", "LegacyBeginBlockFn"]
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_F = TypeVar("_F", bound="Callable[..., Any]")
 _M = TypeVar("_M")
 
 

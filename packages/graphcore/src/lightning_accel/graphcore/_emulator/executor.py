@@ -31,13 +31,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-import itertools
 import logging
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from lightning_accel.core.pycompat import strict_zip
 
 from . import device, report
 from .enums import AutoStage, OutputMode, ReductionType
@@ -114,7 +115,7 @@ def _describe(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
         else:
             described.append((name, value))
 
-    for name, arg in zip(_names_of_arguments(model, len(args)), args, strict=False):
+    for name, arg in zip(_names_of_arguments(model, len(args)), args):
         walk(name, arg)
     for key, value in kwargs.items():
         walk(key, value)
@@ -351,7 +352,7 @@ class PoplarExecutor:
         device_groups = self._device_params(optimizer)
         groups = [
             {**{k: v for k, v in group.items() if k != "params"}, "params": params}
-            for group, params in zip(optimizer.param_groups, device_groups, strict=False)
+            for group, params in zip(optimizer.param_groups, device_groups)
         ]
         kind: Any = self._base_type(optimizer)
         self._device_optimizer = kind(groups)
@@ -369,9 +370,7 @@ class PoplarExecutor:
         device_ = source if to_host else target
         host_params = [p for group in host.param_groups for p in group["params"]]
         device_params = [p for group in device_.param_groups for p in group["params"]]
-        pairs = (
-            zip(device_params, host_params, strict=False) if to_host else zip(host_params, device_params, strict=False)
-        )
+        pairs = zip(device_params, host_params) if to_host else zip(host_params, device_params)
         for src, dst in pairs:
             state = source.state.get(src)
             if state:
@@ -399,7 +398,7 @@ class PoplarExecutor:
                 f"setOptimizer: the new optimizer has {len(optimizer.param_groups)} parameter groups but the model "
                 f"was compiled with {len(self._device_optimizer.param_groups)}; create a new trainingModel instead."
             )
-        for group, device_group in zip(optimizer.param_groups, self._device_optimizer.param_groups, strict=False):
+        for group, device_group in zip(optimizer.param_groups, self._device_optimizer.param_groups):
             for key, value in group.items():
                 if key != "params":
                     device_group[key] = value
@@ -499,7 +498,7 @@ class PoplarExecutor:
                 f"Number of inputs mismatch: expected {len(compiled)} input values but got {len(signature)}."
                 f"{_MISMATCH_END}"
             )
-        for (name, expected), (_, got) in zip(compiled, signature, strict=False):
+        for (name, expected), (_, got) in zip(compiled, signature):
             if expected[0] != got[0]:
                 raise Error(f"Type mismatch for {name}: expected {expected[0]} but got {got[0]}.{_MISMATCH_END}")
             if expected[0] == "tensor":
@@ -532,7 +531,7 @@ class PoplarExecutor:
 
         def call(state: list[torch.Tensor], inputs: list[Any]) -> tuple[Any, torch.Tensor | None]:
             call_args, call_kwargs = unflatten(inputs, input_spec)
-            with self._device_weights(dict(zip(state_names, state, strict=True))), running_on(context):
+            with self._device_weights(dict(strict_zip(state_names, state))), running_on(context):
                 output = self._model(*call_args, **call_kwargs)
             return output, final_loss(context.losses) if self._training else None
 
@@ -553,7 +552,7 @@ class PoplarExecutor:
     def _count_stages(self, context: DeviceContext) -> int:
         strategy = self._options._execution_strategy
         stages = [strategy.stage_of(user_id, ipu) for user_id, ipu in context.blocks]
-        return 1 + sum(1 for before, after in itertools.pairwise(stages) if before != after)
+        return 1 + sum(1 for before, after in zip(stages, stages[1:]) if before != after)
 
     def _check_pipeline(self, stages: int) -> None:
         if stages <= 1 or not self._options._execution_strategy.pipelined:

@@ -16,8 +16,7 @@ the other state names (``Accl___``, ``Accl3___``, ``Step___``) are the emulator'
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import Any
+from typing import Any, Dict, Iterable, Union
 
 import torch
 
@@ -128,7 +127,8 @@ class DeviceOptimizerMixin:
         self.host_state_is_dirty = False
 
 
-Params = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
+# typing names: this alias is evaluated at run time, on Python 3.8 too.
+Params = Union[Iterable[torch.Tensor], Iterable[Dict[str, Any]]]
 
 
 class SGD(DeviceOptimizerMixin, torch.optim.SGD):

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from lightning_accel.core.pycompat import strict_zip
+
 from .errors import Error
 from .structures import flatten, unflatten
 
@@ -61,7 +63,7 @@ class Program:
         results = list(self._forward(*state, *inputs))
         loss = results.pop() if self._with_loss else None
         leaves: list[Any] = [None] * self._leaf_count
-        for position, value in zip(self._tensor_positions, results, strict=True):
+        for position, value in strict_zip(self._tensor_positions, results):
             leaves[position] = value
         for position, value in self.constants.items():
             leaves[position] = value
@@ -87,7 +89,7 @@ def trace(
 
     def traced(state_: list[torch.Tensor], *tensors: torch.Tensor) -> list[torch.Tensor]:
         full: list[Any] = [None] * len(leaves)
-        for slot, tensor in zip(tensor_slots, tensors, strict=True):
+        for slot, tensor in strict_zip(tensor_slots, tensors):
             full[slot] = tensor
         for slot, value in fixed.items():
             full[slot] = value
