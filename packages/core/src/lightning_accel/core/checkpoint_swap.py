@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StagedCheckpoints", "old_path", "recover", "remove_leftovers", "staging_path", "swap_in"]
+__all__ = ["StagedCheckpoints", "fsync_directory", "old_path", "recover", "remove_leftovers", "staging_path", "swap_in"]
 
 
 def staging_path(target: str | os.PathLike[str]) -> Path:
@@ -51,7 +51,7 @@ def recover(target: str | os.PathLike[str]) -> None:
     # The target is renamed away only after the staging directory is complete, so a staging directory next to an
     # old one is the newer, complete checkpoint.
     os.rename(staging if staging.exists() else old, path)
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
     _remove(old)
 
 
@@ -70,7 +70,7 @@ def swap_in(target: str | os.PathLike[str]) -> None:
         # Also a file: a single-file checkpoint of another strategy where this directory goes is replaced too.
         os.rename(path, old)
     os.rename(staging, path)
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
     _remove(old)
 
 
@@ -81,8 +81,8 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _fsync_directory(directory: Path) -> None:
-    # A rename is durable only once the directory entry is on disk; not every platform can open a directory.
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
+    """Flush the entries of ``directory`` to disk: a rename in it is durable only then (a no-op where it cannot)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:

@@ -71,9 +71,13 @@ class HCCLStrategyMixin(RequiresHPUAccelerator):
         Raises:
             ConfigurationError: When the accelerator is not the HPU accelerator.
         """
+        self._start_rank_watch()
+        super().setup_environment()
+
+    def _start_rank_watch(self) -> None:
+        # This process's global rank, from the environment: the process group may not exist yet.
         environment = self.cluster_environment
         rank_watch.start_run(environment.node_rank() * self.num_processes + environment.local_rank())  # type: ignore[attr-defined]
-        super().setup_environment()
 
     def _configure_launcher(self) -> None:
         # Refused here already, when the Trainer or Fabric is built: later, the ranks would have been launched.

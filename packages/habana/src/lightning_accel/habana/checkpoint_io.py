@@ -14,6 +14,8 @@ from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from typing_extensions import override
 
+from lightning_accel.core.checkpoint_swap import fsync_directory
+
 __all__ = ["HPUCheckpointIO"]
 
 
@@ -71,7 +73,7 @@ class HPUCheckpointIO(TorchCheckpointIO):
             if os.path.exists(tmp_path):
                 os.unlink(tmp_path)
             raise
-        _fsync_directory(directory)
+        fsync_directory(directory)
 
     @staticmethod
     def _save_remote(checkpoint: dict[str, Any], path: str) -> None:
@@ -81,17 +83,3 @@ class HPUCheckpointIO(TorchCheckpointIO):
         fs.makedirs(os.path.dirname(path), exist_ok=True)
         with fs.open(path, "wb") as handle:
             handle.write(buffer.getvalue())
-
-
-def _fsync_directory(directory: str) -> None:
-    # The rename is only durable once the directory entry is on disk; not every platform can open a directory.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

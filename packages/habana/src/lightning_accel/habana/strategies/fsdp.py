@@ -175,6 +175,7 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
         """
         self._check_hpu_accelerator()
         refuse_lazy_mode(type(self).__name__)
+        self._start_rank_watch()
         assert self.accelerator is not None
         # Index-less, as on Gaudi: the runtime gives each process its card.
         self.accelerator.setup_device(parallel_root_device(self.parallel_devices, self.local_rank))
