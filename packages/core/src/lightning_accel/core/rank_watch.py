@@ -164,7 +164,7 @@ class _LauncherWatcher(threading.Thread):
         if state == "done":
             return False
         if state.startswith("failed: "):
-            how = f"stopped with {state[len('failed: '):]}"
+            how = f"stopped with {state[len('failed: ') :]}"
         else:
             how = "is gone (it was killed, or exited before its teardown)"
         sys.stderr.write(
