@@ -65,8 +65,10 @@ class DeviceAllocations:
     """The allocation counters of every emulated HPU; one instance per process (:data:`allocations`)."""
 
     def __init__(self) -> None:
-        # Frees run on whichever thread drops the last reference (autograd's device thread, for one).
-        self._lock = threading.Lock()
+        # Frees run on whichever thread drops the last reference (autograd's device thread, for one), and also on this
+        # thread while it holds the lock: the garbage collector can run inside `record` and call `_release` for
+        # another storage. Hence reentrant (a plain Lock deadlocked the process there).
+        self._lock = threading.RLock()
         # storage key -> (device index, bytes, weak reference whose callback counts the free)
         self._live: dict[int, tuple[int, int, weakref.ref[torch.UntypedStorage]]] = {}
         # id of that weak reference -> storage key: the callback receives only the reference
