@@ -72,3 +72,14 @@ def lazy_mode() -> Iterator[None]:
 def eager_mode() -> Iterator[None]:
     """The SDK in eager mode (``PT_HPU_LAZY_MODE=0``, the default since 1.21): torch.compile, no graph APIs."""
     yield from _mode_fixture(False)
+
+
+@pytest.fixture(autouse=True)
+def _rank_zero_restored() -> Iterator[None]:
+    # Lightning records a strategy's global rank in a process-wide `rank_zero_only.rank`; an in-process test that sets
+    # up a rank other than 0 must not leave later tests' rank-zero warnings silenced.
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    rank = getattr(rank_zero_only, "rank", 0)
+    yield
+    rank_zero_only.rank = rank  # type: ignore[attr-defined]
