@@ -45,7 +45,11 @@ PACKAGES = {
 }
 TEST_PLUGIN = "packages/core/tests/testplugin"
 # click: `fabric run` (Lightning's CLI) needs it and Lightning does not install it.
-TEST_TOOLS = ["pytest>=8", "scikit-learn", "psutil", "jsonargparse[signatures]>=4.27", "click"]
+TEST_TOOLS = ["pytest>=8", "pytest-xdist", "scikit-learn", "psutil", "jsonargparse[signatures]>=4.27", "click"]
+# The slow suites run on two pytest workers: each test's processes, ports and files are its own (free ports, tmp_path),
+# so they share nothing but the machine. On vendor hardware the tests share the devices, so they run one at a time.
+WORKERS = ("-n", "2")
+MPI_TOOLS = ["openmpi", "mpi4py"]
 PYTHON = "3.11"
 
 
@@ -83,8 +87,8 @@ def install_base(session: nox.Session, *packages: str, editable: bool = True) ->
             session.install(PACKAGES[name])
 
 
-def pytest(session: nox.Session, *paths: str) -> None:
-    session.run("pytest", *paths, *session.posargs)
+def pytest(session: nox.Session, *args: str) -> None:
+    session.run("pytest", *args, *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -130,13 +134,21 @@ def vendor_tests(session: nox.Session, plan: vendor_sdk.SessionPlan, package: st
     requirements = [plan.lightning or LIGHTNING, *TEST_TOOLS, "-e", PACKAGES["core"], "-e", PACKAGES[package]]
     for command in plan.install_commands(*requirements):
         session.install(*(arg.format(constraints=constraints) for arg in command))
+    workers = () if plan.hardware else WORKERS
     for env in plan.runs:
-        session.run("pytest", f"{PACKAGES[package]}/tests", *session.posargs, env=env)
+        session.run("pytest", f"{PACKAGES[package]}/tests", *workers, *session.posargs, env=env)
 
 
 @nox.session(python=HPU_PLAN.python, venv_params=list(HPU_PLAN.venv_params))
 def hpu_tests(session: nox.Session) -> None:
     """Gaudi package: on real Gaudi when present (both PT_HPU_LAZY_MODE values), otherwise on the HPU emulator."""
+    if not HPU_PLAN.hardware:
+        # mpirun for the launcher test (a Gaudi cluster brings its own MPI): Open MPI's wheel and mpi4py, in a prefix of
+        # their own that only that test's ranks see. Installed in the session, Lightning's MPIEnvironment.detect() would
+        # start MPI in every Trainer of every test.
+        prefix = str(Path(session.create_tmp()) / "mpi")
+        session.install("--prefix", prefix, *MPI_TOOLS)
+        session.env["LIGHTNING_ACCEL_TEST_MPI_PREFIX"] = prefix
     vendor_tests(session, HPU_PLAN, "habana")
 
 
@@ -169,7 +181,7 @@ def deepspeed_hpu_tests(session: nox.Session) -> None:
     """DeepSpeed on Gaudi package."""
     install_base(session, "habana", "deepspeed-hpu")
     session.install("-e", "packages/deepspeed-hpu[tensor-parallel]")  # transformers, for tensor-parallel inference
-    pytest(session, "packages/deepspeed-hpu/tests")
+    pytest(session, "packages/deepspeed-hpu/tests", *WORKERS)
 
 
 @nox.session(python=PYTHON)
@@ -179,7 +191,7 @@ def integration_tests(session: nox.Session) -> None:
     session.install(TEST_PLUGIN)
     # Run from a neutral directory so that the installed wheels, not the source tree, are imported.
     with session.chdir(session.create_tmp()):
-        session.run("pytest", str(ROOT / "tests"), "-p", "no:cacheprovider", *session.posargs)
+        session.run("pytest", str(ROOT / "tests"), "-p", "no:cacheprovider", *WORKERS, *session.posargs)
 
 
 @nox.session(python=PYTHON)
