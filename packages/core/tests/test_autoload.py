@@ -89,6 +89,20 @@ def test_disable_skips_plugin_by_name(python) -> None:  # type: ignore[no-untype
     assert "invalid accelerator name: `accelerator='testacc'`" in process.stderr
 
 
+def test_disable_with_a_name_no_plugin_has_warns_and_names_the_installed(python) -> None:  # type: ignore[no-untyped-def]
+    process = python(
+        "import lightning as L\nprint(type(L.Trainer(accelerator='testacc', logger=False).accelerator).__name__)\n",
+        env={"LIGHTNING_ACCEL_DISABLE": "testplugn"},
+    )
+    assert process.returncode == 0, process.stderr
+    assert "TestAccelerator" in process.stdout  # the typo disabled nothing
+    assert (
+        "lightning-accel: LIGHTNING_ACCEL_DISABLE='testplugn' names 'testplugn', which no "
+        "installed plugin is called. Installed plugins:"
+    ) in process.stderr
+    assert "testplugin" in process.stderr.split("Installed plugins:")[1]
+
+
 def test_unavailable_device_says_why(python) -> None:  # type: ignore[no-untyped-def]
     process = python("import lightning as L\nL.Trainer(accelerator='testacc')\n", env={"TESTACC_UNAVAILABLE": "1"})
     assert process.returncode == 1

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from lightning_accel.core.plugin import ENTRY_POINT_GROUP
+from lightning_accel.core.pycompat import entry_points_of
+
 CHECKS_MODULE = """
 import os
 
@@ -81,7 +84,8 @@ def fake_plugins(tmp_path: Path) -> dict[str, str]:
         "[lightning_accel.plugins]\nfake = fake_selftest:FAKE\nother = fake_selftest:OTHER_PLUGIN\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_ACCEL_")}
-    env.update(PYTHONPATH=str(tmp_path), LIGHTNING_ACCEL_DISABLE="habana,graphcore,deepspeed_hpu,testacc")
+    installed = ",".join(sorted({entry.name for entry, _ in entry_points_of(ENTRY_POINT_GROUP)}))
+    env.update(PYTHONPATH=str(tmp_path), LIGHTNING_ACCEL_DISABLE=installed)
     return env
 
 

@@ -11,7 +11,13 @@ Example:
 """
 
 from lightning_accel.core.__about__ import __version__
-from lightning_accel.core.discovery import DISABLE_VAR, DiscoveredPlugin, PluginLoadWarning, discovered_plugins
+from lightning_accel.core.discovery import (
+    DISABLE_VAR,
+    DiscoveredPlugin,
+    PluginLoadWarning,
+    UnknownPluginNameWarning,
+    discovered_plugins,
+)
 from lightning_accel.core.emulation import EmulationSettings, announce_emulation, emulation_settings
 from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError, UnsupportedLightningError
 from lightning_accel.core.plugin import AcceleratorSpec, Availability, PluginSpec, StrategySpec
@@ -27,6 +33,7 @@ __all__ = [
     "PluginLoadWarning",
     "PluginSpec",
     "StrategySpec",
+    "UnknownPluginNameWarning",
     "UnsupportedLightningError",
     "__version__",
     "announce_emulation",

@@ -2,7 +2,8 @@
 
 A plugin that fails to load, or that resolves to something other than a :class:`PluginSpec`, produces a warning
 naming its distribution and is skipped: a broken vendor install must never break ``import lightning``.
-``LIGHTNING_ACCEL_DISABLE=habana,graphcore`` skips plugins by name.
+``LIGHTNING_ACCEL_DISABLE=habana,graphcore`` skips plugins by name; a name there that no installed plugin has is a
+warning (a typo would otherwise leave the plugin enabled without a word).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from lightning_accel.core.pycompat import entry_points_of
 __all__ = [
     "DISABLE_VAR",
     "PluginLoadWarning",
+    "UnknownPluginNameWarning",
     "DiscoveredPlugin",
     "disabled_names",
     "discovered_plugins",
@@ -30,6 +32,10 @@ DISABLE_VAR = "LIGHTNING_ACCEL_DISABLE"
 
 class PluginLoadWarning(UserWarning):
     """A plugin entry point could not be loaded and was skipped."""
+
+
+class UnknownPluginNameWarning(UserWarning):
+    """``LIGHTNING_ACCEL_DISABLE`` names a plugin that is not installed."""
 
 
 @dataclass(frozen=True)
@@ -97,12 +103,25 @@ def discovered_plugins() -> tuple[DiscoveredPlugin, ...]:
     """
     disabled = disabled_names()
     seen: dict[str, DiscoveredPlugin] = {}
+    known: set[str] = set()
     for entry_point, dist in entry_points_of(ENTRY_POINT_GROUP):
+        known.add(entry_point.name.lower())
         if entry_point.name.lower() in disabled or entry_point.name in seen:
             continue
         plugin = _load(entry_point, dist)
-        if plugin is not None and plugin.name.lower() not in disabled:
-            seen[plugin.name] = plugin
+        if plugin is not None:
+            known.add(plugin.name.lower())
+            if plugin.name.lower() not in disabled:
+                seen[plugin.name] = plugin
+    unknown = sorted(disabled - known)
+    if unknown:
+        warnings.warn(
+            f"lightning-accel: {DISABLE_VAR}={os.environ.get(DISABLE_VAR)!r} names {', '.join(map(repr, unknown))}, "
+            f"which no installed plugin is called. Installed plugins: {', '.join(sorted(known)) or 'none'}. Fix the "
+            f"name (`lightning-accel list` shows them), or remove it from {DISABLE_VAR}.",
+            UnknownPluginNameWarning,
+            stacklevel=2,
+        )
     return tuple(sorted(seen.values(), key=lambda plugin: plugin.name))
 
 
