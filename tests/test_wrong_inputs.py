@@ -192,6 +192,13 @@ CASES: dict[str, tuple[str, str, list[str]]] = {
         "ConfigurationError",
         ["LIGHTNING_ACCEL_RANK_WATCH_INTERVAL='soon'", "Accepted"],
     ),
+    "env-disable-unknown-plugin": (
+        "import warnings\nfrom lightning_accel.core import discovery\nos.environ['LIGHTNING_ACCEL_DISABLE'] = 'habanna'\n"
+        "discovery.reset_discovery()\ntry:\n    with warnings.catch_warnings():\n        warnings.simplefilter('error', discovery.UnknownPluginNameWarning)\n"
+        "        discovery.discovered_plugins()\nfinally:\n    discovery.reset_discovery()",
+        "UnknownPluginNameWarning",
+        ["LIGHTNING_ACCEL_DISABLE='habanna'", "Installed plugins: deepspeed_hpu, graphcore, habana", "Fix the name"],
+    ),
     # --- profiler settings ---
     "profiler-dirpath-file": (
         H + "open('pfile', 'w').write('x')\nHPUProfiler(dirpath='pfile')",
@@ -282,6 +289,16 @@ CASES: dict[str, tuple[str, str, list[str]]] = {
         G + "IPUStrategy(autoreport_dir=3)",
         "ConfigurationError",
         ["autoreport_dir=3", "directory path"],
+    ),
+    "ipu-autoreport-dir-is-a-file": (
+        "open('report.txt', 'w').close()\n" + G + "IPUStrategy(autoreport_dir='report.txt')",
+        "ConfigurationError",
+        ["autoreport_dir='report.txt'", "is a file", "directory path"],
+    ),
+    "ipu-autoreport-dir-under-a-file": (
+        "open('notes', 'w').close()\n" + G + "IPUStrategy(autoreport_dir='notes/reports')",
+        "ConfigurationError",
+        ["autoreport_dir='notes/reports'", "is inside 'notes', which is a file"],
     ),
 }
 

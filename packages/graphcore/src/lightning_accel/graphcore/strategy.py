@@ -132,6 +132,8 @@ class IPUStrategy(ParallelStrategy):
             raise ConfigurationError(
                 f"IPUStrategy(autoreport_dir={autoreport_dir!r}) is not accepted: pass a directory path or None."
             )
+        if autoreport_dir is not None:
+            _check_report_directory(autoreport_dir)
         for argument, opts in (("training_opts", training_opts), ("inference_opts", inference_opts)):
             if opts is not None and not isinstance(opts, sdk.poptorch.Options):
                 raise ConfigurationError(
@@ -696,3 +698,16 @@ class IPUStrategy(ParallelStrategy):
 
 
 IPUPlugin = IPUStrategy
+
+
+def _check_report_directory(path: str | os.PathLike[str]) -> None:
+    """Refuse a report directory that cannot be one: the path, or a folder above it, is an existing file."""
+    for candidate in (Path(path), *Path(path).parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                where = "is" if candidate == Path(path) else f"is inside {str(candidate)!r}, which is"
+                raise ConfigurationError(
+                    f"IPUStrategy(autoreport_dir={path!r}) is not accepted: that path {where} a file, and the "
+                    "reports go into a directory. Pass a directory path (it is created if missing) or None."
+                )
+            return
