@@ -421,3 +421,22 @@ def test_module_cacher_first_call_runs_the_forward_once() -> None:
             run.append(loss.item())
         losses.append(run)
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+
+
+def test_replay_before_any_capture_only_marks_a_step_and_during_capture_is_refused() -> None:
+    from lightning_accel.habana._emulator import core as emulated_core
+
+    g = htcore.hpu.HPUGraph()
+    before = emulated_core.marked_steps()
+    g.replay()  # the SDK's HPUGraph::replay: a step marker, then the captured graphs (none yet)
+    assert emulated_core.marked_steps() == before + 1
+
+    static = torch.ones(4, device="hpu")
+    g.capture_begin()
+    out = static * 2
+    with pytest.raises(RuntimeError, match="GRAPH:: Capture in progress"):
+        g.replay()
+    g.capture_end()
+    static.fill_(3.0)
+    g.replay()
+    assert out.cpu().tolist() == [6.0] * 4

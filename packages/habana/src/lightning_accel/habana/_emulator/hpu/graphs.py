@@ -144,20 +144,29 @@ class HPUGraph:
         self._recording = Recording(recorder.ops, self._inference)
 
     def replay(self, asynchronous: bool = False) -> None:
-        """Run the captured work again; captured outputs are refreshed in place.
+        """Mark a step, then run the captured work again; captured outputs are refreshed in place.
+
+        As on the SDK (``HPUGraph::replay`` in the bridge's ``backend/habana_device/HPUGraph.cpp``), a graph with no
+        capture yet replays nothing: the call is then only the step marker.
 
         Args:
             asynchronous: Accepted for compatibility; the backing device decides (CPU work is synchronous).
 
         Raises:
-            RuntimeError: When nothing was captured.
+            RuntimeError: When this graph is still capturing (the SDK's "GRAPH:: Capture in progress").
         """
+        if _capturing is self:
+            raise RuntimeError(
+                "GRAPH:: Capture in progress: replay() was called on an HPUGraph that is still capturing; end the "
+                "capture first (capture_end(), or leave its `with graph(...)` block)."
+            )
+        from ..core import mark_step  # the core imports this module
+
+        mark_step()
         if self._cuda_graph is not None and self._cuda_stream_context is None:
             self._cuda_graph.replay()
         elif self._recording is not None:
             self._recording.replay()
-        else:
-            raise RuntimeError("replay() was called on an HPUGraph with no capture; capture it first (graph(g)).")
 
     def reset(self) -> None:
         """Drop the captured graph and the memory it holds."""
