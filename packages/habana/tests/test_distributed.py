@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,29 @@ def test_two_nodes_through_the_launchers_gaudi_clusters_use(tmp_path: Path, laun
     assert [r["node_rank"] for r in results] == [0, 1]
     environment = {"torchrun": "TorchElasticEnvironment", "slurm": "SLURMEnvironment"}[launcher]
     assert [r["environment"] for r in results] == [environment] * 2
+
+
+def _mpi_prefix() -> Path:
+    """Where the hpu_tests session installed Open MPI and mpi4py (``pip install --prefix``), apart from the tests."""
+    prefix = os.environ.get("LIGHTNING_ACCEL_TEST_MPI_PREFIX")
+    if not prefix:
+        pytest.skip("needs LIGHTNING_ACCEL_TEST_MPI_PREFIX: `nox -s hpu_tests` installs Open MPI and mpi4py there")
+    return Path(prefix)
+
+
+@pytest.mark.slow
+def test_two_ranks_started_by_mpirun(tmp_path: Path) -> None:
+    # Open MPI launches the ranks (as on Gaudi clusters that use mpirun); Lightning's MPIEnvironment reads the ranks
+    # through mpi4py and the HCCL strategy trains over them without launching processes of its own.
+    prefix = _mpi_prefix()
+    (site_packages,) = prefix.glob("lib/python*/site-packages")
+    # --oversubscribe: two ranks whatever the number of cores; the two variables allow a root user (containers).
+    env = script_env(PYTHONPATH=str(site_packages), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    mpirun = str(prefix / "bin" / "mpirun")
+    command = [mpirun, "--oversubscribe", "-np", "2", PYTHON, SCRIPT, "--out", str(tmp_path), "--devices", "2"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    results = _results(tmp_path, 2)
+    _check_same_training(results, 2)
+    assert [r["environment"] for r in results] == ["MPIEnvironment"] * 2
+    assert [r["hls_module_id"] for r in results] == ["0", "1"]
