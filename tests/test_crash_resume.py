@@ -1,8 +1,9 @@
-"""A two-HPU run killed mid-epoch and resumed from its last checkpoint ends with the weights of an uninterrupted run.
+"""A two-device run killed mid-epoch and resumed from its last checkpoint ends with the weights of an uninterrupted run.
 
-Each case runs three real two-process runs: an uninterrupted one, one whose rank 1 is killed by SIGKILL in the middle
-of the third epoch (the rank watch ends the run), and one resumed from the last checkpoint (end of the second epoch).
-Training is deterministic here (fixed data order, no dropout), so the weights must be equal exactly.
+Each case runs three real runs: an uninterrupted one, one killed by SIGKILL in the middle of the third epoch, and one
+resumed from the last checkpoint (end of the second epoch). On two HPUs (two processes) rank 1 is killed and the rank
+watch ends rank 0; the IPU strategy's two replicas live in one process, which is killed. Training is deterministic here
+(fixed data order, no dropout), so the weights must be equal exactly.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _run(strategy: str, out: Path, mode: str) -> subprocess.CompletedProcess[str
         port = sock.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_ACCEL_")}
     env.update(
-        LIGHTNING_ACCEL_EMULATE="hpu",
+        LIGHTNING_ACCEL_EMULATE="hpu,ipu",
         DS_ACCELERATOR="hpu",
         OMP_NUM_THREADS="1",
         MASTER_ADDR="127.0.0.1",
@@ -39,14 +40,17 @@ def _run(strategy: str, out: Path, mode: str) -> subprocess.CompletedProcess[str
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["hpu_parallel", "hpu_deepspeed_stage_2"])
+@pytest.mark.parametrize("strategy", ["hpu_parallel", "hpu_deepspeed_stage_2", "hpu_deepspeed_stage_3", "ipu_strategy"])
 def test_killed_and_resumed_equals_uninterrupted(tmp_path: Path, strategy: str) -> None:
     whole = _run(strategy, tmp_path / "whole", "whole")
     assert whole.returncode == 0, whole.stderr[-4000:]
 
     crashed = _run(strategy, tmp_path / "run", "crash")
-    assert crashed.returncode == 128 + signal.SIGKILL, crashed.stderr[-4000:]
-    assert "lightning-accel: rank 1" in crashed.stderr and "was killed by SIGKILL" in crashed.stderr
+    if strategy == "ipu_strategy":
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-4000:]
+    else:
+        assert crashed.returncode == 128 + signal.SIGKILL, crashed.stderr[-4000:]
+        assert "lightning-accel: rank 1" in crashed.stderr and "was killed by SIGKILL" in crashed.stderr
 
     resumed = _run(strategy, tmp_path / "run", "resume")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
