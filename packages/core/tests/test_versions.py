@@ -81,3 +81,17 @@ def test_auto_accelerator_wrap_calls_either_shape(shape: str) -> None:
     connector = Connector()
     assert connector._choose_auto_accelerator() == "cpu"
     assert seen == (["static"] if shape == "staticmethod" else [connector])
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        ("json:loads", "availability check failed: TypeError: "),  # the function raises
+        ("no_such_vendor_module:availability", "availability check failed: ModuleNotFoundError: "),
+    ],
+)
+def test_an_availability_function_that_raises_reports_unavailable_with_its_error(target: str, reason: str) -> None:
+    spec = PluginSpec(name="x", distribution="x", accelerators=(), strategies=(), availability=target)
+    availability = spec.check_availability()
+    assert (availability.state, availability.usable, availability.devices) == ("unavailable", False, 0)
+    assert availability.reason.startswith(reason)

@@ -25,7 +25,6 @@ from lightning_accel.core.__about__ import __version__
 from lightning_accel.core.discovery import DISABLE_VAR, discovered_plugins
 from lightning_accel.core.emulation import EMULATE_BACKEND_VAR, EMULATE_VAR, EMULATED_DEVICES_VAR, emulation_settings
 from lightning_accel.core.errors import ConfigurationError
-from lightning_accel.core.plugin import Availability
 
 __all__ = ["main", "plugin_report", "environment_report"]
 
@@ -34,19 +33,11 @@ _SDK_DISTRIBUTIONS = ("habana-torch-plugin", "habana-torch-dataloader", "poptorc
 _VARIABLES = (EMULATE_VAR, EMULATED_DEVICES_VAR, EMULATE_BACKEND_VAR, DISABLE_VAR, "LIGHTNING_ACCEL_AUTOLOAD")
 
 
-def _availability(check: Any) -> Availability:
-    try:
-        result: Availability = check()
-    except Exception as exc:  # a report must survive a broken plugin and say why
-        return Availability("unavailable", f"availability check failed: {type(exc).__name__}: {exc}")
-    return result
-
-
 def plugin_report() -> list[dict[str, Any]]:
     """Every discovered plugin with its accelerators, strategies and availability, as plain data."""
     report = []
     for plugin in discovered_plugins():
-        availability = _availability(plugin.spec.check_availability)
+        availability = plugin.spec.check_availability()
         report.append(
             {
                 "name": plugin.name,

@@ -175,9 +175,16 @@ class PluginSpec:
         return SpecifierSet(self.lightning).contains(Version(installed).base_version, prereleases=True)
 
     def check_availability(self) -> Availability:
-        """Call the plugin's availability function."""
-        func: Callable[[], Availability] = import_target(self.availability)
-        return func()
+        """Call the plugin's availability function; one that raises reports ``"unavailable"`` with its error.
+
+        A broken vendor stack (an SDK that raises ``OSError`` or ``AssertionError`` while it loads) must come out as a
+        reason, in ``Trainer(...)``'s start-up lines and ``lightning-accel list`` alike, never as a traceback there.
+        """
+        try:
+            func: Callable[[], Availability] = import_target(self.availability)
+            return func()
+        except Exception as exc:
+            return Availability("unavailable", f"availability check failed: {type(exc).__name__}: {exc}")
 
     def accelerator(self, name: str) -> AcceleratorSpec | None:
         """The accelerator called ``name``, or ``None``."""

@@ -79,13 +79,6 @@ class SelftestReport:
         return {**counts, "total": len(self.results), "seconds": round(self.seconds, 3)}
 
 
-def _availability(plugin_check: Callable[[], Availability]) -> Availability:
-    try:
-        return plugin_check()
-    except Exception as exc:  # a broken plugin is a reason, not a crash of the report
-        return Availability("unavailable", f"availability check failed: {type(exc).__name__}: {exc}")
-
-
 def plan_checks(device_types: Iterable[str] | None = None) -> list[PlannedCheck]:
     """Every installed plugin's checks, optionally only those of ``device_types``.
 
@@ -107,7 +100,7 @@ def plan_checks(device_types: Iterable[str] | None = None) -> list[PlannedCheck]
             )
         selected = [check for check in checks if wanted is None or check.device_type in wanted]
         if selected:
-            availability = _availability(plugin.spec.check_availability)
+            availability = plugin.spec.check_availability()
             planned.extend(PlannedCheck(check, plugin.name, availability) for check in selected)
     missing = sorted((wanted or set()) - {item.check.device_type for item in planned})
     if missing:
