@@ -95,9 +95,9 @@ def poptorch_module() -> ModuleType:
         )
     try:
         return importlib.import_module(SDK_PACKAGE)
-    except (AssertionError, ImportError) as exc:
+    except Exception as exc:
         # poptorch asserts its torch version when imported (python/__init__.py, poptorch 3.4) and fails to load
-        # its C++ core when the SDK is not enabled.
+        # its C++ core when the SDK is not enabled; a C extension can raise anything else while it loads (OSError).
         raise DeviceUnavailableError(
             f"poptorch is installed but cannot be imported: {type(exc).__name__}: {exc}. {_STACK_HINT}. To run on the "
             f"software emulator instead, set {EMULATE_VAR}=ipu."
