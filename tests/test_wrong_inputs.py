@@ -28,7 +28,16 @@ ENV = "from lightning_accel.core import emulation\n"
 # id: (code, expected exception type, pieces the message must contain)
 CASES: dict[str, tuple[str, str, list[str]]] = {
     # --- devices and num_nodes ---
-    "hpu-devices-0": ("Trainer(accelerator='hpu', devices=0)", "MisconfigurationException", ["devices=0", "hpu"]),
+    "hpu-devices-0": (
+        "Trainer(accelerator='hpu', devices=0)",
+        "MisconfigurationException",
+        ["Trainer(devices=0) is not accepted with accelerator='hpu'", "Accepted: a positive int", "accelerator='cpu'"],
+    ),
+    "fabric-hpu-devices-0-string": (
+        "Fabric(accelerator='hpu', devices='0')",
+        "ConfigurationError",
+        ["Fabric(devices='0') is not accepted with accelerator='hpu'", "Accepted"],
+    ),
     "hpu-devices-negative": (
         "Trainer(accelerator='hpu', devices=-3)",
         "ConfigurationError",
@@ -56,7 +65,11 @@ CASES: dict[str, tuple[str, str, list[str]]] = {
         "ConfigurationError",
         ["devices='many'", "Accepted"],
     ),
-    "ipu-devices-0": ("Trainer(accelerator='ipu', devices=0)", "MisconfigurationException", ["devices=0", "ipu"]),
+    "ipu-devices-0": (
+        "Trainer(accelerator='ipu', devices=0)",
+        "ConfigurationError",
+        ["Trainer(devices=0) is not accepted with accelerator='ipu'", "-1 for every visible IPU"],
+    ),
     "ipu-devices-too-many": (
         "Trainer(accelerator='ipu', devices=16)",
         "ConfigurationError",

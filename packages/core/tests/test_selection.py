@@ -79,3 +79,21 @@ def test_version_guard_refuses_untested_lightning(monkeypatch: pytest.MonkeyPatc
         "Install a supported version, e.g. `pip install 'lightning>=2.3.0,<2.7.0'`, or upgrade lightning-accel-core."
     )
     check_lightning_version(TRIGGERS["lightning.pytorch"])  # the installed one passes
+
+
+@pytest.mark.parametrize("devices", [0, "0", []])
+def test_no_devices_for_a_vendor_accelerator_says_what_is_accepted(devices: object) -> None:
+    with pytest.raises(ConfigurationError) as error:
+        Trainer(accelerator="testacc", devices=devices, logger=False)  # type: ignore[arg-type]
+    assert str(error.value) == (
+        f"Trainer(devices={devices!r}) is not accepted with accelerator='testacc': it needs at least one TESTACC. "
+        "Accepted: a positive int (e.g. devices=1), -1 for every visible TESTACC, or 'auto'. To run on the CPU "
+        "instead, pass accelerator='cpu'."
+    )
+
+
+def test_no_devices_for_lightnings_own_accelerators_keeps_lightnings_error() -> None:
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(MisconfigurationException, match=r"`Trainer\(devices=0\)` value is not a valid input using cpu"):
+        Trainer(accelerator="cpu", devices=0, logger=False)

@@ -248,6 +248,14 @@ def _connector_names(owner: str, flag_parameters: tuple[str, ...]) -> tuple[Priv
         PrivateName(
             owner, "_check_config_and_set_final_flags", "method", ("self", *flag_parameters), "wrapped", _SELECTION
         ),
+        PrivateName(
+            owner,
+            "_check_device_config_and_set_final_flags",
+            "method",
+            ("self", "devices", "num_nodes"),
+            "wrapped",
+            _SELECTION,
+        ),
         # A staticmethod in 2.3 to 2.6 (an instance method in 2.1/2.2): the wrap accepts both.
         PrivateName(owner, "_choose_auto_accelerator", "method", (), "wrapped", _SELECTION),
         PrivateName(owner, "_set_parallel_devices_and_init_accelerator", "method", ("self",), "wrapped", _SELECTION),
@@ -349,11 +357,14 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
 def _stored_attributes(cls: type) -> set[str]:
     """Names stored as ``self.<name>`` (or any attribute store) by the functions of ``cls`` and its bases."""
     import dis
+    import inspect
 
     names: set[str] = set()
     for klass in cls.__mro__:
         for value in vars(klass).values():
             function = getattr(value, "fset", None) or getattr(value, "__func__", value)
+            # The core's wraps of a connector's methods keep Lightning's method in __wrapped__: look at Lightning's.
+            function = inspect.unwrap(function) if callable(function) else function
             code = getattr(function, "__code__", None)
             if code is None:
                 continue

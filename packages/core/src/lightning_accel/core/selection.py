@@ -2,13 +2,15 @@
 
 Lightning 2.6's connectors know only cpu, cuda, mps and xla: for ``accelerator="hpu"`` with ``strategy="auto"`` the
 Trainer raises "HPU is currently not supported", and for any other registered name it silently picks a CPU
-strategy. The core wraps four methods of the Trainer's and Fabric's connector classes. For a vendor accelerator
+strategy. The core wraps five methods of the Trainer's and Fabric's connector classes. For a vendor accelerator
 (given as a name or an instance) the wrap asks the vendor plugin; everything else reaches Lightning's own code
 unchanged:
 
 - ``_check_config_and_set_final_flags``: a name that one of lightning-accel's own distributions provides, asked
   for while that distribution is not installed (or disabled), fails with what to install instead of Lightning's
   bare "invalid name".
+- ``_check_device_config_and_set_final_flags``: ``devices=0`` (or ``"0"``, ``[]``) with a vendor accelerator fails
+  with what is accepted and the fix (Lightning's message names neither).
 - ``_choose_auto_accelerator``: ``accelerator="auto"`` picks a vendor only when its real hardware is present, or
   when ``strategy=`` names one of the vendor's strategies and the vendor is usable (hardware or emulated).
 - ``_set_parallel_devices_and_init_accelerator``: a vendor accelerator that is neither on hardware nor emulated
@@ -160,6 +162,27 @@ def _wrap_check_flags(tree: Tree, cls: type) -> None:
     cls._check_config_and_set_final_flags = _mark(_check_config_and_set_final_flags, original)  # type: ignore[attr-defined]
 
 
+def _wrap_check_devices(tree: Tree, cls: type) -> None:
+    original = _original(cls, "_check_device_config_and_set_final_flags")
+    entry = "Trainer" if tree.kind == "pytorch" else "Fabric"
+
+    def _check_device_config_and_set_final_flags(self: Any, *args: Any, **kwargs: Any) -> None:
+        devices = kwargs.get("devices", args[0] if args else None)
+        vendor = _vendor_for(tree, self._accelerator_flag)
+        if vendor is not None and (devices == [] or (devices in (0, "0") and not isinstance(devices, bool))):
+            name = vendor.spec.name
+            raise ConfigurationError(
+                f"{entry}(devices={devices!r}) is not accepted with accelerator={name!r}: it needs at least one "
+                f"{name.upper()}. Accepted: a positive int (e.g. devices=1), -1 for every visible {name.upper()}, or "
+                f"'auto'. To run on the CPU instead, pass accelerator='cpu'."
+            )
+        original(self, *args, **kwargs)
+
+    cls._check_device_config_and_set_final_flags = _mark(  # type: ignore[attr-defined]
+        _check_device_config_and_set_final_flags, original
+    )
+
+
 def _wrap_choose_auto_accelerator(tree: Tree, cls: type) -> None:
     original = _original(cls, "_choose_auto_accelerator")
     takes_connector = 1 if inspect.signature(original).parameters else 0
@@ -260,6 +283,7 @@ def install_selection(tree: Tree) -> None:
     _wrap_log_device_info(tree)
     cls = connector_class(tree)
     _wrap_check_flags(tree, cls)
+    _wrap_check_devices(tree, cls)
     _wrap_choose_auto_accelerator(tree, cls)
     _wrap_init_accelerator(tree, cls)
     _wrap_choose_strategy(tree, cls)
