@@ -21,7 +21,7 @@ home:
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -34,11 +34,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACCEPTED_PRECISIONS",
+    "HPUFSDPPrecisionRules",
     "check_device",
     "check_precision",
+    "check_state_dict_type",
     "check_unsupported_fp8_arguments",
     "fsdp_device",
     "full_state_dict_on_device",
+    "hpu_precision_plugin",
     "mixed_precision_config",
     "move_to_hpu",
     "refuse_device_mesh_tuple",
@@ -109,6 +112,36 @@ def mixed_precision_config(precision: str) -> MixedPrecision | None:
     from torch.distributed.fsdp import MixedPrecision
 
     return MixedPrecision(param_dtype=torch.float32, reduce_dtype=torch.bfloat16, buffer_dtype=torch.float32)
+
+
+STATE_DICT_TYPES = ("full", "sharded")
+_Plugin = TypeVar("_Plugin")
+
+
+def check_state_dict_type(state_dict_type: Any) -> None:
+    """Refuse a ``state_dict_type`` other than ``"full"`` and ``"sharded"``, naming both."""
+    if state_dict_type not in STATE_DICT_TYPES:
+        raise ConfigurationError(
+            f"HPUFSDPStrategy(state_dict_type={state_dict_type!r}) is not supported. Accepted: 'full' (one file, "
+            "gathered on rank 0) or 'sharded' (a folder with one shard per rank)."
+        )
+
+
+def hpu_precision_plugin(
+    plugin: object, hpu_class: type[_Plugin], fsdp_class: type, base_class: type, tree_hint: str
+) -> _Plugin:
+    """The HPU FSDP precision plugin for ``plugin``, given the classes of one Lightning tree.
+
+    What the connector builds for ``precision=`` (``fsdp_class`` for an FSDP strategy, or ``base_class`` for the
+    default float32) becomes ``hpu_class`` with the same precision; an ``hpu_class`` is kept; anything else is refused.
+    """
+    if isinstance(plugin, hpu_class):
+        return plugin
+    if type(plugin) is fsdp_class:
+        return hpu_class(plugin.precision)  # type: ignore[attr-defined,call-arg]
+    if type(plugin) is base_class:
+        return hpu_class("32-true")  # type: ignore[call-arg]
+    raise refuse_plugin("HPUFSDPStrategy", plugin, tree_hint)
 
 
 def refuse_plugin(strategy: str, plugin: object, tree_hint: str) -> ConfigurationError:
@@ -198,3 +231,33 @@ def fsdp_device(hpu: torch.device) -> torch.device:
     if hpu.index is not None:
         return hpu
     return torch.device(hpu.type, int(sdk.hpu_module().current_device()))
+
+
+class HPUFSDPPrecisionRules:
+    """The body of the Trainer's and Fabric's ``HPUFSDPPrecision``: put before the tree's ``FSDPPrecision``.
+
+    Checks the arguments, gives FSDP its ``MixedPrecision`` and runs ``"bf16-mixed"`` forwards in the SDK's autocast;
+    the tree's ``FSDPPrecision`` does the rest.
+    """
+
+    precision: Any
+
+    def __init__(
+        self, precision: str, device: str = "hpu", recipe: Any | None = None, replace_layers: bool = False
+    ) -> None:
+        check_device(device)
+        check_unsupported_fp8_arguments(recipe, replace_layers)
+        super().__init__(check_precision(precision, "HPUFSDPPrecision"))  # type: ignore[call-arg]
+        self.device = device
+
+    @property
+    def mixed_precision_config(self) -> MixedPrecision | None:
+        """The ``MixedPrecision`` FSDP wraps the model with (``None`` for ``"32-true"``)."""
+        return mixed_precision_config(self.precision)
+
+    def forward_context(self) -> AbstractContextManager[Any]:
+        """The SDK's bfloat16 autocast for ``"bf16-mixed"``; float32 as the default dtype for ``"32-true"``."""
+        if self.precision == "bf16-mixed":
+            return sdk.autocast(torch.bfloat16)
+        context: AbstractContextManager[Any] = super().forward_context()  # type: ignore[misc]
+        return context

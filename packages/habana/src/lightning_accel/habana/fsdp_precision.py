@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
-
-import torch
 from lightning.pytorch.plugins.precision import FSDPPrecision
-from typing_extensions import override
 
-from . import sdk
-from ._fsdp import check_device, check_precision, check_unsupported_fp8_arguments, mixed_precision_config
-
-if TYPE_CHECKING:
-    from torch.distributed.fsdp import MixedPrecision
+from ._fsdp import HPUFSDPPrecisionRules
 
 __all__ = ["HPUFSDPPrecision"]
 
 
-class HPUFSDPPrecision(FSDPPrecision):
+class HPUFSDPPrecision(HPUFSDPPrecisionRules, FSDPPrecision):  # type: ignore[misc]  # Optional MixedPrecision
     """Precision for FSDP on HPUs (``Trainer(strategy="hpu_fsdp", precision="bf16-mixed")`` picks it for you).
 
     ``"bf16-mixed"``: float32 parameters and buffers, the forward pass inside the SDK's
@@ -41,24 +32,3 @@ class HPUFSDPPrecision(FSDPPrecision):
         >>> strategy = HPUFSDPStrategy(precision_plugin=HPUFSDPPrecision("bf16-mixed"))
         >>> trainer = Trainer(accelerator="hpu", devices=2, strategy=strategy)  # doctest: +SKIP
     """
-
-    def __init__(
-        self, precision: str, device: str = "hpu", recipe: Any | None = None, replace_layers: bool = False
-    ) -> None:
-        check_device(device)
-        check_unsupported_fp8_arguments(recipe, replace_layers)
-        super().__init__(check_precision(precision, "HPUFSDPPrecision"))  # type: ignore[arg-type]
-        self.device = device
-
-    @property
-    @override
-    def mixed_precision_config(self) -> MixedPrecision | None:  # type: ignore[override]
-        """The ``MixedPrecision`` FSDP wraps the model with (``None`` for ``"32-true"``)."""
-        return mixed_precision_config(self.precision)
-
-    @override
-    def forward_context(self) -> AbstractContextManager[Any]:
-        """The SDK's bfloat16 autocast for ``"bf16-mixed"``; float32 as the default dtype for ``"32-true"``."""
-        if self.precision == "bf16-mixed":
-            return sdk.autocast(torch.bfloat16)
-        return super().forward_context()

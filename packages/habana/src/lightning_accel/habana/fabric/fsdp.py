@@ -14,17 +14,16 @@ from lightning.fabric.plugins.precision import FSDPPrecision, Precision
 from lightning.fabric.strategies import FSDPStrategy
 from typing_extensions import override
 
-from lightning_accel.core.errors import ConfigurationError
-
 from .. import sdk
 from .._devices import parallel_root_device
 from .._fsdp import (
+    check_state_dict_type,
     fsdp_device,
     full_state_dict_on_device,
+    hpu_precision_plugin,
     move_to_hpu,
     refuse_device_mesh_tuple,
     refuse_lazy_mode,
-    refuse_plugin,
 )
 from .._hccl_strategy import HCCLStrategyMixin
 from ..checkpoint_io import HPUCheckpointIO
@@ -39,8 +38,6 @@ if TYPE_CHECKING:
     from lightning_accel.core.compat import PathType
 
 __all__ = ["HPUFSDPStrategy"]
-
-_STATE_DICT_TYPES = ("full", "sharded")
 
 
 class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
@@ -84,11 +81,7 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
         device_mesh: DeviceMesh | None = None,
         **kwargs: Any,
     ) -> None:
-        if state_dict_type not in _STATE_DICT_TYPES:
-            raise ConfigurationError(
-                f"HPUFSDPStrategy(state_dict_type={state_dict_type!r}) is not supported. Accepted: 'full' (one file, "
-                "gathered on rank 0) or 'sharded' (a folder with one shard per rank)."
-            )
+        check_state_dict_type(state_dict_type)
         refuse_device_mesh_tuple(device_mesh)
         super().__init__(
             accelerator=accelerator,
@@ -132,14 +125,7 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
 
     @staticmethod
     def _hpu_plugin(plugin: Precision) -> HPUFSDPPrecision:
-        if isinstance(plugin, HPUFSDPPrecision):
-            return plugin
-        # What the connector builds for precision= (FSDPPrecision for an FSDP strategy), or the default float32.
-        if type(plugin) is FSDPPrecision:
-            return HPUFSDPPrecision(plugin.precision)
-        if type(plugin) is Precision:
-            return HPUFSDPPrecision("32-true")
-        raise refuse_plugin("HPUFSDPStrategy", plugin, "Fabric(precision=...)")
+        return hpu_precision_plugin(plugin, HPUFSDPPrecision, FSDPPrecision, Precision, "Fabric(precision=...)")
 
     @override
     def setup_environment(self) -> None:

@@ -15,11 +15,17 @@ from lightning.pytorch.strategies import FSDPStrategy
 from typing_extensions import override
 
 from lightning_accel.core.checkpoint_swap import StagedCheckpoints
-from lightning_accel.core.errors import ConfigurationError
 
 from .. import sdk
 from .._devices import parallel_root_device
-from .._fsdp import fsdp_device, full_state_dict_on_device, move_to_hpu, refuse_lazy_mode, refuse_plugin
+from .._fsdp import (
+    check_state_dict_type,
+    fsdp_device,
+    full_state_dict_on_device,
+    hpu_precision_plugin,
+    move_to_hpu,
+    refuse_lazy_mode,
+)
 from .._hccl_strategy import HCCLStrategyMixin
 from .._strategy_defaults import HPUCheckpointIODefault
 from ..fsdp_precision import HPUFSDPPrecision
@@ -33,8 +39,6 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
 
 __all__ = ["HPUFSDPStrategy"]
-
-_STATE_DICT_TYPES = ("full", "sharded")
 
 
 class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefault, FSDPStrategy):
@@ -109,11 +113,7 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
         device_mesh: tuple[int, int] | DeviceMesh | None = None,
         **kwargs: Any,
     ) -> None:
-        if state_dict_type not in _STATE_DICT_TYPES:
-            raise ConfigurationError(
-                f"HPUFSDPStrategy(state_dict_type={state_dict_type!r}) is not supported. Accepted: 'full' (one file, "
-                "gathered on rank 0) or 'sharded' (a folder with one shard per rank)."
-            )
+        check_state_dict_type(state_dict_type)
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -157,14 +157,7 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
 
     @staticmethod
     def _hpu_plugin(plugin: Precision) -> HPUFSDPPrecision:
-        if isinstance(plugin, HPUFSDPPrecision):
-            return plugin
-        # What the connector builds for precision= (FSDPPrecision for an FSDP strategy), or the default float32.
-        if type(plugin) is FSDPPrecision:
-            return HPUFSDPPrecision(plugin.precision)
-        if type(plugin) is Precision:
-            return HPUFSDPPrecision("32-true")
-        raise refuse_plugin("HPUFSDPStrategy", plugin, "Trainer(precision=...)")
+        return hpu_precision_plugin(plugin, HPUFSDPPrecision, FSDPPrecision, Precision, "Trainer(precision=...)")
 
     @override
     def setup_environment(self) -> None:
