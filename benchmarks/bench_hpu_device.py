@@ -36,15 +36,34 @@ SIZES = {"tiny": (256, 16, 0.5), "compute-bound": (2048, 256, 0.9)}
 
 
 class BareWrapper(torch.Tensor):
-    """The least a wrapper tensor on "hpu" can do: unwrap, run, wrap."""
+    """The least a wrapper tensor on "hpu" can do: unwrap the arguments, run the operation, wrap the results.
+
+    No device rules, no memory accounting, no lazy mode: what any Python implementation of an "hpu" device made of
+    wrapper tensors pays at least. It trains (autograd, SGD) but is not a device anyone should use.
+    """
 
     _elem: torch.Tensor
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
-        out = func._op(*[a._elem if type(a) is BareWrapper else a for a in args], **(kwargs or {}))
-        return bare(out) if type(out) is torch.Tensor else out
+        unwrapped = []
+        for arg in args:
+            if type(arg) is BareWrapper:
+                unwrapped.append(arg._elem)
+            elif type(arg) in (list, tuple):
+                unwrapped.append([a._elem if type(a) is BareWrapper else a for a in arg])
+            else:
+                unwrapped.append(arg)
+        options = {k: v._elem if type(v) is BareWrapper else v for k, v in (kwargs or {}).items()}
+        if "device" in options:
+            options["device"] = torch.device("cpu")
+        out = func(*unwrapped, **options)
+        if type(out) is torch.Tensor:
+            return bare(out)
+        if type(out) in (list, tuple):
+            return type(out)(bare(o) if type(o) is torch.Tensor else o for o in out)
+        return out
 
 
 def bare(elem: torch.Tensor) -> BareWrapper:
@@ -91,10 +110,17 @@ def steps_per_second(device: str, hidden: int, batch: int, steps: int) -> tuple[
         torch.nn.Linear(hidden, hidden),
         torch.nn.ReLU(),
         torch.nn.Linear(hidden, 10),
-    ).to(device)
+    )
+    x, y = torch.randn(batch, hidden), torch.randint(0, 10, (batch,))
+    if device == "bare wrapper":
+        for module in model.modules():
+            for name, param in list(module._parameters.items()):
+                if param is not None:
+                    module._parameters[name] = torch.nn.Parameter(bare(param.detach().clone()))
+        x, y = bare(x), bare(y)
+    else:
+        model, x, y = model.to(device), x.to(device), y.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(batch, hidden).to(device)
-    y = torch.randint(0, 10, (batch,)).to(device)
 
     def step() -> None:
         optimizer.zero_grad()
@@ -122,14 +148,15 @@ def main() -> None:
     runs: dict[str, Any] = {}
     for name, (hidden, batch, target) in SIZES.items():
         steps = args.tiny_steps if name == "tiny" else args.big_steps
-        samples: dict[str, list[float]] = {"cpu": [], "hpu": []}
-        cpu_time: dict[str, list[float]] = {"cpu": [], "hpu": []}
+        samples: dict[str, list[float]] = {"cpu": [], "hpu": [], "bare wrapper": []}
+        cpu_time: dict[str, list[float]] = {"cpu": [], "hpu": [], "bare wrapper": []}
         for _ in range(args.rounds):
-            for device in ("cpu", "hpu"):
+            for device in ("cpu", "hpu", "bare wrapper"):
                 wall, process = steps_per_second(device, hidden, batch, steps)
                 samples[device].append(wall)
                 cpu_time[device].append(process)
         cpu, hpu = statistics.median(samples["cpu"]), statistics.median(samples["hpu"])
+        floor = statistics.median(samples["bare wrapper"])
         cpu_by_time, hpu_by_time = statistics.median(cpu_time["cpu"]), statistics.median(cpu_time["hpu"])
         runs[name] = {
             "hidden": hidden,
@@ -139,6 +166,8 @@ def main() -> None:
             "cpu_steps_per_s": cpu,
             "hpu_steps_per_s": hpu,
             "ratio": hpu / cpu,
+            "bare_wrapper_steps_per_s": floor,
+            "bare_wrapper_ratio": floor / cpu,
             "target": target,
             "cpu_time_samples": cpu_time,
             "ratio_by_cpu_time": hpu_by_time / cpu_by_time,
@@ -169,21 +198,28 @@ def main() -> None:
         "",
         "## Training step: MLP (3 linear layers), cross-entropy, backward, SGD",
         "",
-        "| step | cpu steps/s | hpu steps/s | ratio hpu / cpu | target | ratio by process CPU time |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| step | cpu steps/s | hpu steps/s | ratio hpu / cpu | target | ratio by process CPU time "
+        "| bare wrapper / cpu |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, run in runs.items():
         met = "met" if run["ratio"] >= run["target"] else "NOT met"
         lines.append(
             f"| {name} (hidden {run['hidden']}, batch {run['batch']}) | {run['cpu_steps_per_s']:.1f} | "
             f"{run['hpu_steps_per_s']:.1f} | **{run['ratio']:.3f}** | >= {run['target']} ({met}) | "
-            f"{run['ratio_by_cpu_time']:.3f} |"
+            f"{run['ratio_by_cpu_time']:.3f} | {run['bare_wrapper_ratio']:.3f} |"
         )
     lines += [
         "",
-        "Steps per second are wall-clock; the last column divides by the CPU time the process used instead (all its",
-        'threads: backward on an "hpu" tensor runs on autograd\'s device thread), which is less sensitive to other',
-        "load on a shared machine.",
+        "Steps per second are wall-clock; the ratio by process CPU time divides by the CPU time the process used",
+        '(all its threads: backward on an "hpu" tensor runs on autograd\'s device thread), which is less sensitive to',
+        "other load on a shared machine.",
+        "",
+        "The last column trains the same step on the bare wrapper subclass of the first table (unwrap, run, wrap; no",
+        "device rules, no accounting). Every operation of a device built of Python wrapper tensors crosses into Python",
+        "and makes a wrapper per result, whatever the device does on top, so this is about the most such a device",
+        "reaches on this torch. Where it is below a target, the target is out of reach of this design; a device",
+        "implemented in C++ (a compiled PrivateUse1 backend) could reach it; the emulator is pure Python by design.",
     ]
     (RESULTS / "hpu_device.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
