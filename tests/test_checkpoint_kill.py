@@ -44,6 +44,10 @@ CASES: list[tuple[str, ...]] = [
     # DeepSpeed ZeRO-2 on two ranks: each rank writes its own optimizer shard into the staging directory; rank 0 swaps.
     ("hpu_deepspeed_stage_2", "write:1", "previous", "2"),
     ("hpu_deepspeed_stage_2", "swap:2", "new", "2"),
+    # FSDP on two ranks: "full" is gathered and written by rank 0; "sharded" has each rank write its own shard.
+    ("hpu_fsdp", "write:1", "previous", "2"),
+    ("hpu_fsdp:sharded", "write:1", "previous", "2"),
+    ("hpu_fsdp:sharded", "swap:2", "new", "2"),
 ]
 
 
