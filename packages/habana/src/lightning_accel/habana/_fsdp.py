@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCEPTED_PRECISIONS",
     "HPUFSDPPrecisionRules",
+    "STATE_DICT_TYPES",
     "check_device",
     "check_precision",
     "check_state_dict_type",
