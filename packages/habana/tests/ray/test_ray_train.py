@@ -9,44 +9,15 @@ and restarted runs must end with the uninterrupted run's weights exactly.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
-from _ray_helpers import run_ray_script
+from _ray_helpers import STEPS_PER_EPOCH, assert_same_weights, train, worker_reports
 
 pytestmark = pytest.mark.slow
 
-STEPS_PER_EPOCH = 4
-
-
-def _train(mode: str, out: Path) -> None:
-    run = run_ray_script("train_on_ray.py", mode, str(out), LIGHTNING_ACCEL_EMULATED_DEVICES="2")
-    result = out / f"{mode}-result.txt"
-    assert run.returncode == 0 and result.exists(), run.stderr[-4000:]
-    assert result.read_text() == "ok", run.stderr[-4000:]
-
-
-def _worker_reports(out: Path, mode: str, attempt: int) -> list[dict[str, Any]]:
-    return [torch.load(out / f"{mode}-rank{rank}-attempt{attempt}.pt") for rank in (0, 1)]
-
-
-def _assert_same_weights(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
-    assert actual.keys() == expected.keys()
-    for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=0, msg=name)
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two epochs on two workers, uninterrupted; its folder holds each worker's report and the reported checkpoints."""
-    out = tmp_path_factory.mktemp("ray-whole")
-    _train("whole", out)
-    return out
-
 
 def test_two_workers_train_on_their_hpus_over_hccl_and_agree(uninterrupted: Path) -> None:
-    rank0, rank1 = _worker_reports(uninterrupted, "whole", attempt=0)
+    rank0, rank1 = worker_reports(uninterrupted, "whole", attempt=0)
     for report in (rank0, rank1):
         # (batch device, module device, process group backend), as seen inside training_step at every step.
         assert report["seen"] == [("hpu", "hpu", "hccl")]
@@ -56,26 +27,26 @@ def test_two_workers_train_on_their_hpus_over_hccl_and_agree(uninterrupted: Path
     # Each worker reserved its own card.
     assert rank0["visible_modules"] != rank1["visible_modules"]
     # The workers trained on different halves of the data: only the gradients' all-reduce makes them agree.
-    _assert_same_weights(rank1["weights"], rank0["weights"])
+    assert_same_weights(rank1["weights"], rank0["weights"])
 
 
 def test_resuming_from_a_reported_checkpoint_ends_with_the_uninterrupted_weights(uninterrupted: Path) -> None:
-    _train("resume", uninterrupted)  # restores the checkpoint the uninterrupted run reported after its first epoch
-    expected = _worker_reports(uninterrupted, "whole", attempt=0)[0]["weights"]
-    for report in _worker_reports(uninterrupted, "resume", attempt=0):
+    train("resume", uninterrupted)  # restores the checkpoint the uninterrupted run reported after its first epoch
+    expected = worker_reports(uninterrupted, "whole", attempt=0)[0]["weights"]
+    for report in worker_reports(uninterrupted, "resume", attempt=0):
         assert report["steps_run"] == STEPS_PER_EPOCH  # the second epoch only: it did start from the checkpoint
-        _assert_same_weights(report["weights"], expected)
+        assert_same_weights(report["weights"], expected)
 
 
 def test_a_worker_killed_mid_epoch_is_restarted_and_the_run_ends_with_the_uninterrupted_weights(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
-    _train("crash", tmp_path)  # FailureConfig(max_failures=1); rank 1 is killed by SIGKILL in the second epoch
+    train("crash", tmp_path)  # FailureConfig(max_failures=1); rank 1 is killed by SIGKILL in the second epoch
     assert (tmp_path / "crashed-once").read_text() == "killed"
     # The first attempt never finished: no worker of it wrote its final weights.
     assert not list(tmp_path.glob("crash-rank*-attempt0.pt"))
-    expected = _worker_reports(uninterrupted, "whole", attempt=0)[0]["weights"]
-    for report in _worker_reports(tmp_path, "crash", attempt=1):
+    expected = worker_reports(uninterrupted, "whole", attempt=0)[0]["weights"]
+    for report in worker_reports(tmp_path, "crash", attempt=1):
         # Restarted from the last reported checkpoint (end of the first epoch), not from scratch.
         assert report["steps_run"] == STEPS_PER_EPOCH
-        _assert_same_weights(report["weights"], expected)
+        assert_same_weights(report["weights"], expected)

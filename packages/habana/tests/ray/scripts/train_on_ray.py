@@ -1,6 +1,6 @@
 """Lightning on two HPUs through Ray Train, as Ray's docs show Lightning; each mode starts its own local Ray cluster.
 
-usage: train_on_ray.py MODE OUT   (MODE: whole | resume | crash)
+usage: train_on_ray.py MODE OUT   (MODE: whole | resume | crash | zero2)
 
 - ``whole``: two epochs of four steps per worker; checkpoints reported through ``RayTrainReportCallback``; the path
   of the checkpoint of the first epoch goes to ``OUT/first_epoch_checkpoint.txt``.
@@ -9,6 +9,7 @@ usage: train_on_ray.py MODE OUT   (MODE: whole | resume | crash)
 - ``crash``: like ``whole`` under ``FailureConfig(max_failures=1)``; on the first attempt rank 1 is killed by SIGKILL
   in the middle of the second epoch. Ray restarts the workers and the training function resumes from
   ``ray.train.get_checkpoint()``, the last reported checkpoint.
+- ``zero2``: like ``whole``, with DeepSpeed ZeRO stage 2 (``RayHPUDeepSpeedStrategy``) instead of DDP.
 
 Each worker writes what it saw to ``OUT/<MODE>-rank<R>-attempt<A>.pt``: the final weights, the backend, the device
 types of the batch and the module inside ``training_step``, the steps it trained and the devices it could see.
@@ -35,6 +36,11 @@ EPOCHS, BATCHES, CRASH_STEP = 2, 4, 6  # step 6: the third batch of the second e
 
 
 def train_func(config: dict[str, Any]) -> None:
+    out, mode = Path(config["out"]), config["mode"]
+    if mode == "zero2":
+        # Before anything imports deepspeed, as a user's training function would.
+        from lightning_accel.deepspeed_hpu.ray import RayHPUDeepSpeedStrategy
+
     import habana_frameworks.torch.hpu as hpu
     import torch
     import torch.distributed as dist
@@ -44,7 +50,6 @@ def train_func(config: dict[str, Any]) -> None:
 
     from lightning_accel.habana.ray import RayHPUStrategy
 
-    out, mode = Path(config["out"]), config["mode"]
     context = ray.train.get_context()
     rank = context.get_world_rank()
     crash_marker = out / "crashed-once"
@@ -89,7 +94,7 @@ def train_func(config: dict[str, Any]) -> None:
     trainer = Trainer(
         accelerator="hpu",
         devices="auto",
-        strategy=RayHPUStrategy(),
+        strategy=RayHPUDeepSpeedStrategy(stage=2) if mode == "zero2" else RayHPUStrategy(),
         plugins=[RayLightningEnvironment()],
         callbacks=[RayTrainReportCallback(), counter],
         max_epochs=EPOCHS,
