@@ -3,42 +3,41 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
-from _ray_helpers import run_ray_script
+from _ray_helpers import run_ray_script, worker_reports
 
 from lightning_accel.core.errors import ConfigurationError
 
 
-def _ray_view(tmp_path: Path, workers: int, **env: str) -> dict[str, object]:
+def _ray_view(tmp_path: Path, **env: str) -> dict[str, object]:
     out = tmp_path / "ray_view.json"
-    run = run_ray_script("ray_resources.py", str(out), str(workers), **env)
+    run = run_ray_script("ray_resources.py", str(out), **env)
     assert run.returncode == 0 and out.exists(), run.stderr[-4000:]
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
 @pytest.mark.slow
 @pytest.mark.emulator_only
-def test_ray_counts_the_emulated_hpus_and_gives_each_worker_its_own_card(tmp_path: Path) -> None:
-    view = _ray_view(tmp_path, workers=3, LIGHTNING_ACCEL_EMULATED_DEVICES="3")
-    resources = view["resources"]
-    assert isinstance(resources, dict)
-    assert resources["HPU"] == 3
+def test_ray_counts_the_emulated_hpus_and_gives_each_worker_its_own_card(uninterrupted: Path) -> None:
+    # The uninterrupted run (conftest) started its cluster with LIGHTNING_ACCEL_EMULATED_DEVICES=2.
+    resources = json.loads((uninterrupted / "whole-resources.json").read_text())
+    assert resources["HPU"] == 2
     # Ray labels the node with the SDK's device name, which says which Gaudi generation the emulator is.
     assert resources["accelerator_type:Intel-GAUDI2 (emulated)"] == 1
-    workers = view["workers"]
-    assert isinstance(workers, list)
-    # Three actors alive at once, each holding one HPU: each sees one card, and no two share one.
-    assert [worker["device_count"] for worker in workers] == [1, 1, 1]
-    assert sorted(worker["visible_modules"] for worker in workers) == ["0", "1", "2"]
+    # Each of the two workers, alive at once, held one HPU: each saw one card, and not the same one.
+    reports = worker_reports(uninterrupted, "whole", attempt=0)
+    assert [report["visible_hpus"] for report in reports] == [1, 1]
+    assert sorted(report["visible_modules"] for report in reports) == ["0", "1"]
 
 
 @pytest.mark.slow
 @pytest.mark.emulator_only
 def test_without_emulation_or_sdk_ray_sees_no_hpu(tmp_path: Path) -> None:
-    view = _ray_view(tmp_path, workers=0, LIGHTNING_ACCEL_EMULATE="0")
+    view = _ray_view(tmp_path, LIGHTNING_ACCEL_EMULATE="0")
     resources = view["resources"]
     assert isinstance(resources, dict)
     assert resources.get("HPU", 0) == 0
@@ -55,6 +54,10 @@ def test_habana_visible_modules_limits_what_a_process_sees(clean_env: pytest.Mon
     assert (hpu.device_count(), HPUAccelerator.auto_device_count()) == (4, 4)
     clean_env.setenv("HABANA_VISIBLE_MODULES", "3")  # what Ray sets for a worker given card 3
     assert (hpu.device_count(), HPUAccelerator.auto_device_count()) == (1, 1)
+    # As the SDK's set_device: the index names a visible module, which HLS_MODULE_ID then pins.
+    clean_env.delenv("HLS_MODULE_ID", raising=False)
+    hpu.set_device(0)
+    assert os.environ["HLS_MODULE_ID"] == "3"
     clean_env.setenv("HABANA_VISIBLE_MODULES", "3,x")
     with pytest.raises(ValueError, match=r"HABANA_VISIBLE_MODULES='3,x' names module\(s\) 'x'.*from 0 to 3"):
         hpu.device_count()

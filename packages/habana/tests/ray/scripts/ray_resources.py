@@ -1,15 +1,11 @@
-"""Start a local Ray cluster and write, as JSON to OUT, what Ray and its workers see of the HPUs.
+"""Start a local Ray cluster and write, as JSON to OUT, what Ray counts: ``{"resources": ray.cluster_resources()}``.
 
-usage: ray_resources.py OUT [WORKERS]
-
-Keys: ``resources`` (``ray.cluster_resources()``); with WORKERS > 0 also ``workers``, one entry per actor that
-reserved one HPU (all alive at once): its ``HABANA_VISIBLE_MODULES`` and the SDK's ``hpu.device_count()``.
+usage: ray_resources.py OUT
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import tempfile
@@ -17,15 +13,7 @@ from typing import Any
 
 import ray
 
-OUT, WORKERS = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0
-
-
-@ray.remote(num_cpus=0, resources={"HPU": 1})
-class HoldsOneHPU:
-    def seen(self) -> dict[str, Any]:
-        import habana_frameworks.torch.hpu as hpu
-
-        return {"visible_modules": os.environ.get("HABANA_VISIBLE_MODULES"), "device_count": hpu.device_count()}
+OUT = sys.argv[1]
 
 
 def _free_port() -> int:
@@ -44,9 +32,6 @@ def main() -> None:
     )
     try:
         report: dict[str, Any] = {"resources": ray.cluster_resources()}
-        if WORKERS:
-            holders = [HoldsOneHPU.remote() for _ in range(WORKERS)]  # type: ignore[attr-defined]
-            report["workers"] = ray.get([holder.seen.remote() for holder in holders])
     finally:
         ray.shutdown()
     with open(OUT, "w") as file:

@@ -13,11 +13,13 @@ usage: train_on_ray.py MODE OUT   (MODE: whole | resume | crash | zero2)
 
 Each worker writes what it saw to ``OUT/<MODE>-rank<R>-attempt<A>.pt``: the final weights, the backend, the device
 types of the batch and the module inside ``training_step``, the steps it trained and the devices it could see.
-``OUT/<MODE>-result.txt`` holds the run's outcome: ``ok`` or the error's type and message.
+``OUT/<MODE>-result.txt`` holds the run's outcome: ``ok`` or the error's type and message;
+``OUT/<MODE>-resources.json`` what ``ray.cluster_resources()`` was before the run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -141,6 +143,8 @@ def main() -> None:
         _temp_dir=tempfile.mkdtemp(prefix="ray-"),
         log_to_driver=False,
     )
+    # What Ray counted on this node before the run: its "HPU" resource and the node's accelerator label.
+    (OUT / f"{MODE}-resources.json").write_text(json.dumps(ray.cluster_resources()))
     config: dict[str, Any] = {"out": str(OUT), "mode": MODE}
     failure = FailureConfig(max_failures=1 if MODE == "crash" else 0)
     if MODE == "resume":
