@@ -79,7 +79,9 @@ def test_a_worker_that_sees_several_hpus_is_refused(
 
     monkeypatch.setattr(habana_ray, "get_device", lambda: torch.device("hpu"))
     clean_env.setenv("HABANA_VISIBLE_MODULES", "0,1")
-    with pytest.raises(ConfigurationError, match=r"sees 2 HPUs.*resources_per_worker=\{\"HPU\": 1\}"):
+    with pytest.raises(
+        ConfigurationError, match=r"sees 2 HPUs \(HABANA_VISIBLE_MODULES='0,1'\).*resources_per_worker=\{\"HPU\": 1\}"
+    ):
         habana_ray.ray_worker_hpu()
     clean_env.setenv("HABANA_VISIBLE_MODULES", "1")
     assert habana_ray.ray_worker_hpu() == torch.device("hpu")

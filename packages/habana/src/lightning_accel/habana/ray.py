@@ -44,6 +44,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -75,9 +76,10 @@ def ray_worker_hpu() -> torch.device:
         )
     visible = sdk.hpu_module().device_count()
     if visible != 1:
+        modules = os.environ.get("HABANA_VISIBLE_MODULES")
         raise ConfigurationError(
-            f"This Ray worker sees {visible} HPUs (HABANA_VISIBLE_MODULES=... as Ray set it), but a Gaudi process "
-            'drives one card. Accepted: resources_per_worker={"HPU": 1}, without '
+            f"This Ray worker sees {visible} HPUs (HABANA_VISIBLE_MODULES={modules!r}), but a Gaudi process drives "
+            'one card. Accepted: resources_per_worker={"HPU": 1}, without '
             "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES, so that Ray hands each worker its own card."
         )
     return device
@@ -97,8 +99,11 @@ class RayHPUWorker:
 
     @property
     def root_device(self) -> torch.device:
-        """The HPU Ray gave this worker (see :func:`ray_worker_hpu`)."""
-        return ray_worker_hpu()
+        """The HPU Ray gave this worker (see :func:`ray_worker_hpu`), checked once."""
+        device: torch.device | None = self.__dict__.get("_ray_worker_hpu")
+        if device is None:
+            device = self.__dict__["_ray_worker_hpu"] = ray_worker_hpu()
+        return device
 
     def _check_ray_process_group(self) -> str:
         if not dist.is_initialized():
