@@ -29,6 +29,7 @@ nox.options.sessions = [
     "hpu_tests",
     "ipu_tests",
     "deepspeed_hpu_tests",
+    "ray_tests",
     "integration_tests",
     "docs",
     "build",
@@ -182,6 +183,15 @@ def deepspeed_hpu_tests(session: nox.Session) -> None:
     install_base(session, "habana", "deepspeed-hpu")
     session.install("-e", "packages/deepspeed-hpu[tensor-parallel]")  # transformers, for tensor-parallel inference
     pytest(session, "packages/deepspeed-hpu/tests", *WORKERS)
+
+
+@nox.session(python=PYTHON)
+def ray_tests(session: nox.Session) -> None:
+    """Lightning on HPUs under Ray Train (the habana[ray] extra), each test on a local Ray cluster of this machine."""
+    install_base(session, "habana", "deepspeed-hpu")
+    session.install(TORCH, "-e", f"{PACKAGES['habana']}[ray]")  # torch pinned in the same command: pip keeps it
+    # Every test starts a Ray cluster whose two workers use both cores: one test at a time.
+    session.run("pytest", "packages/habana/tests/ray", *session.posargs, env={"LIGHTNING_ACCEL_REQUIRE_RAY": "1"})
 
 
 @nox.session(python=PYTHON)

@@ -1,10 +1,16 @@
-"""Check the built wheels: one per distribution; the core and habana wheels carry their start-up hooks at the root."""
+"""Check the built wheels: one per distribution; the core and habana wheels carry their start-up hooks at the root.
+
+Ray is only in the habana wheel's ``ray`` extra.
+"""
 
 from __future__ import annotations
 
+import email.parser
 import sys
 import zipfile
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 EXPECTED = (
     "lightning_accel-",
@@ -13,6 +19,22 @@ EXPECTED = (
     "lightning_accel_graphcore-",
     "lightning_accel_deepspeed_hpu-",
 )
+
+
+def _ray_extra_problems(habana: Path) -> list[str]:
+    """Ray is the habana wheel's optional ``ray`` extra, never a requirement of the plain install."""
+    with zipfile.ZipFile(habana) as wheel:
+        name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = email.parser.Parser().parsestr(wheel.read(name).decode())
+    problems = []
+    if "ray" not in (metadata.get_all("Provides-Extra") or []):
+        problems.append(f"{habana.name} has no 'ray' extra (lightning-accel-habana[ray])")
+    for line in metadata.get_all("Requires-Dist") or []:
+        requirement = Requirement(line)
+        plain_install = requirement.marker is None or requirement.marker.evaluate({"extra": ""})
+        if requirement.name == "ray" and plain_install:
+            problems.append(f"{habana.name} requires {line!r} in its plain install; Ray belongs in the 'ray' extra")
+    return problems
 
 
 def main(out: Path) -> int:
@@ -38,6 +60,8 @@ def main(out: Path) -> int:
     habana = next((w for w in wheels if w.name.startswith("lightning_accel_habana-")), None)
     if habana is not None and "_lightning_accel_habana_autoload.py" not in zipfile.ZipFile(habana).namelist():
         problems.append(f"{habana.name} lacks _lightning_accel_habana_autoload.py (its torch.backends entry point)")
+    if habana is not None:
+        problems.extend(_ray_extra_problems(habana))
     for wheel in wheels:
         if "lightning_accel/__init__.py" in zipfile.ZipFile(wheel).namelist():
             problems.append(f"{wheel.name} ships lightning_accel/__init__.py")

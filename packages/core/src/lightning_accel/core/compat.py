@@ -236,6 +236,7 @@ _SELECTION = ("lightning_accel.core.selection",)
 _TRAINER_CONNECTOR = "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector"
 _FABRIC_CONNECTOR = "lightning.fabric.connector:_Connector"
 _RANK_WATCH = ("lightning_accel.core.rank_watch",)
+_THROUGHPUT = ("lightning_accel.core.throughput",)
 _HCCL = ("lightning_accel.habana._hccl_strategy",)
 _DEEPSPEED = "lightning.pytorch.strategies:DeepSpeedStrategy"
 _DS_USER = ("lightning_accel.deepspeed_hpu.strategy",)
@@ -294,6 +295,16 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName("lightning.fabric.utilities.distributed", "_set_num_threads_if_needed", "function",
                 ("num_processes",), "called", ("lightning_accel.core.compat", *_RANK_WATCH)),
+    # MFU (core.throughput): the peak-FLOPs lookup and the compute dtype, in the two throughput modules (the
+    # Trainer callback's module binds its own get_available_flops at import, so that binding is wrapped there).
+    *(
+        name
+        for module in ("lightning.fabric.utilities.throughput", "lightning.pytorch.callbacks.throughput_monitor")
+        for name in (
+            PrivateName(module, "get_available_flops", "function", ("device", "dtype"), "wrapped", _THROUGHPUT),
+            PrivateName(module, "_plugin_to_compute_dtype", "function", ("plugin",), "wrapped", _THROUGHPUT),
+        )
+    ),
     # Types used in vendor annotations.
     PrivateName("lightning.fabric.accelerators.registry", "_AcceleratorRegistry", "class", None, "imported",
                 ("lightning_accel.habana.accelerator", "lightning_accel.habana.fabric.accelerator")),

@@ -111,6 +111,10 @@ class AcceleratorSpec:
         description: One line shown by ``lightning-accel list``.
         single_strategy: Registered strategy name used for one device on one node.
         parallel_strategy: Registered strategy name used for several devices or nodes.
+        peak_flops: ``"module:function"`` giving the device's peak FLOPs per second for a compute dtype, called as
+            ``function(device: torch.device, dtype: torch.dtype) -> int | None`` (``None``: no published number);
+            Lightning's ``ThroughputMonitor`` divides by it to report MFU (see :mod:`lightning_accel.core.throughput`).
+            Empty: the core reports no MFU for this accelerator.
     """
 
     name: str
@@ -119,6 +123,7 @@ class AcceleratorSpec:
     description: str
     single_strategy: str
     parallel_strategy: str
+    peak_flops: str = ""
 
 
 @dataclass(frozen=True)

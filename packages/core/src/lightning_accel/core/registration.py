@@ -171,7 +171,7 @@ def supports_installed_lightning(plugin: DiscoveredPlugin, tree: Tree, installed
 
 
 def register_tree(module_name: str) -> None:
-    """Register every enabled plugin into the tree rooted at ``module_name`` and wrap its connector.
+    """Register every enabled plugin into the tree rooted at ``module_name``; wrap its connector and throughput tools.
 
     Called by the post-import hook when ``lightning.pytorch``, ``lightning.fabric``, ``pytorch_lightning`` or
     ``lightning_fabric`` has been imported, and by ``import lightning_accel.core`` for trees already imported.
@@ -184,6 +184,7 @@ def register_tree(module_name: str) -> None:
     adopt_lightning_base(misconfiguration_exception(tree))
     # Imported here: selection imports the connector modules, which exist only once the tree is imported.
     from lightning_accel.core.selection import install_selection
+    from lightning_accel.core.throughput import install_throughput
 
     _registered[tree.module] = []
     _strategy_accelerators[tree.module] = {}
@@ -204,3 +205,4 @@ def register_tree(module_name: str) -> None:
                 stacklevel=2,
             )
     install_selection(tree)
+    install_throughput(tree)

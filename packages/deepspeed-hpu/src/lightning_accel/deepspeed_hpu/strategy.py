@@ -424,6 +424,11 @@ class HPUDeepSpeedStrategy(
         assert self.config is not None
         return self._initialize_engine(model, optimizer, lr_scheduler, self.config)
 
+    def _deepspeed_device_rank(self) -> int:
+        # HPU devices have no index: DeepSpeed's device (its accelerator's set_device) is the one of this local rank
+        # among the HPUs the process sees, all of the node's here.
+        return self.local_rank
+
     def _on_device(self, model: Module) -> Module:
         """The model on the HPU before DeepSpeed sees it (zero.Init() models excepted: they place their partitions).
 
@@ -441,8 +446,7 @@ class HPUDeepSpeedStrategy(
 
         model = self._on_device(model)
         engine, deepspeed_optimizer, _, _ = deepspeed.initialize(
-            # HPU devices have no index: DeepSpeed's device is the one of this local rank.
-            args=argparse.Namespace(device_rank=self.local_rank),
+            args=argparse.Namespace(device_rank=self._deepspeed_device_rank()),
             config=config,
             model=model,
             model_parameters=[p for p in model.parameters() if p.requires_grad],
@@ -496,7 +500,7 @@ class HPUDeepSpeedStrategy(
         remove_module_hooks(model)
         model = self._on_device(model)
         engine, _, _, _ = deepspeed.initialize(
-            args=argparse.Namespace(device_rank=self.local_rank),
+            args=argparse.Namespace(device_rank=self._deepspeed_device_rank()),
             config=inference_config,
             model=model,
             optimizer=None,

@@ -20,6 +20,7 @@ PLUGIN = PluginSpec(
             description="Graphcore IPU through poptorch (devices: 1 or a power of two)",
             single_strategy="ipu_strategy",
             parallel_strategy="ipu_strategy",
+            peak_flops="lightning_accel.graphcore.peak_flops:peak_flops",
         ),
     ),
     strategies=(

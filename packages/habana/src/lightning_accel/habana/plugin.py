@@ -22,6 +22,7 @@ PLUGIN = PluginSpec(
             description="Intel Gaudi (HPU) through the Habana SDK, or its emulator",
             single_strategy="hpu_single",
             parallel_strategy="hpu_parallel",
+            peak_flops=f"{_PKG}.peak_flops:peak_flops",
         ),
     ),
     strategies=(

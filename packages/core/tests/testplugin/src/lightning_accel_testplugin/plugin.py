@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from lightning_accel.core import AcceleratorSpec, Availability, PluginSpec, StrategySpec
 
@@ -12,6 +13,15 @@ def availability() -> Availability:
     if os.environ.get("TESTACC_UNAVAILABLE") == "1":
         return Availability("unavailable", "TESTACC_UNAVAILABLE=1 is set; unset it to use testacc.")
     return Availability("emulated", "testacc always runs on the CPU.", devices=1)  # as auto_device_count
+
+
+# The test device's "published" peak FLOPs per second, by dtype name (its root device is the host, as an IPU's is).
+PEAK_FLOPS = {"float32": 10**12, "bfloat16": 4 * 10**12}
+
+
+def peak_flops(device: Any, dtype: Any) -> int | None:
+    """The test device's peak for ``dtype`` (``None`` for a dtype it publishes nothing for)."""
+    return PEAK_FLOPS.get(str(dtype).replace("torch.", ""))
 
 
 PLUGIN = PluginSpec(
@@ -25,6 +35,7 @@ PLUGIN = PluginSpec(
             description="CPU-backed test accelerator",
             single_strategy="testacc_single",
             parallel_strategy="testacc_ddp",
+            peak_flops="lightning_accel_testplugin.plugin:peak_flops",
         ),
     ),
     strategies=(

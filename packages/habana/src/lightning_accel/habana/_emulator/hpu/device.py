@@ -90,6 +90,9 @@ def module_id() -> int:
 def set_device(device: int | str | torch.device) -> None:
     """Select the module this process drives (its tensors stay on ``hpu:0``, see :func:`current_device`).
 
+    With ``HABANA_VISIBLE_MODULES`` set and ``HLS_MODULE_ID`` not, the index names one of the visible modules and
+    ``HLS_MODULE_ID`` is set to it, as the SDK does.
+
     Raises:
         ValueError: When the index is outside ``range(device_count())``.
     """
@@ -97,6 +100,11 @@ def set_device(device: int | str | torch.device) -> None:
     index = _index_of(device)
     _check_index(index, "device")
     _current = index
+    visible = os.environ.get(HABANA_VISIBLE_MODULES_VAR, "").strip()
+    if visible and HLS_MODULE_ID_VAR not in os.environ:
+        # As the SDK's set_device (habana_frameworks/torch/hpu/__init__.py, gaudi-pytorch-bridge 1.19.0): the index
+        # names a module of HABANA_VISIBLE_MODULES, which HLS_MODULE_ID pins for the runtime.
+        os.environ[HLS_MODULE_ID_VAR] = [part.strip() for part in visible.split(",") if part.strip()][index]
     if backing_type() == "cuda":
         torch.cuda.set_device(index % torch.cuda.device_count())
 

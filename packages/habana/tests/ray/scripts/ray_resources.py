@@ -1,0 +1,42 @@
+"""Start a local Ray cluster and write, as JSON to OUT, what Ray counts: ``{"resources": ray.cluster_resources()}``.
+
+usage: ray_resources.py OUT
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import tempfile
+from typing import Any
+
+import ray
+
+OUT = sys.argv[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def main() -> None:
+    ray.init(
+        num_cpus=1,
+        include_dashboard=False,
+        dashboard_port=_free_port(),  # Ray's head still serves its state API there (8265 by default)
+        _temp_dir=tempfile.mkdtemp(prefix="ray-"),
+        log_to_driver=False,
+    )
+    try:
+        report: dict[str, Any] = {"resources": ray.cluster_resources()}
+    finally:
+        ray.shutdown()
+    with open(OUT, "w") as file:
+        json.dump(report, file)
+
+
+if __name__ == "__main__":
+    main()
