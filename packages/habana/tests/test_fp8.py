@@ -224,6 +224,34 @@ def test_the_sdk_says_fp8_is_available_on_the_default_gaudi2() -> None:
     assert HPUAccelerator.get_device_name() == "GAUDI2 (emulated)"
 
 
+def test_fp8_availability_is_the_sdks_1_18_api_not_a_module_level_function(te: Any) -> None:
+    # Bridge 1.18.0 transformer_engine/fp8.py: check_fp8_support() at module level (:30-36), is_fp8_available only
+    # as FP8GlobalStateManager's classmethod (:74-78). Code calling fp8.is_fp8_available() fails on Gaudi.
+    assert not hasattr(te.fp8, "is_fp8_available")
+    assert te.fp8.check_fp8_support() == (True, "")
+    assert te.fp8.FP8GlobalStateManager.is_fp8_available() == (True, "")
+    # Our plugins are built on that SDK.
+    assert HPUPrecisionPlugin("fp8").fp8_train_available
+    assert HPUPrecision("fp8").fp8_train_available
+
+
+def test_a_model_holding_any_transformer_engine_layer_is_left_as_it_is(
+    te: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From 1.19 the package re-exports intel_transformer_engine: a layer type beside Linear, named by that module.
+    class LayerNormLinear(torch.nn.Module):
+        pass
+
+    LayerNormLinear.__module__ = "intel_transformer_engine.module.layernorm_linear"
+    monkeypatch.setattr(te, "LayerNormLinear", LayerNormLinear, raising=False)
+    model = torch.nn.Sequential(LayerNormLinear(), torch.nn.Linear(4, 4))
+    HPUPrecisionPlugin("fp8").convert_modules(model, replace_layers=True)
+    assert type(model[1]) is torch.nn.Linear  # the user converted what they wanted; the rest stays
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    HPUPrecisionPlugin("fp8").convert_modules(plain, replace_layers=True)
+    assert isinstance(plain[0], te.Linear)
+
+
 def test_bad_convert_modules_arguments_are_clear_errors(te: Any) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 4))
     with pytest.raises(ConfigurationError, match=r"precision is 'bf16-mixed'.*precision='fp8'"):
@@ -252,24 +280,33 @@ _GENERATION_PROBE = textwrap.dedent(
     """
     import json
     from lightning_accel.core.errors import ConfigurationError
-    from lightning_accel.habana import HPUAccelerator, HPUPrecisionPlugin
+    from lightning_accel.habana import HPUAccelerator, HPUPrecisionPlugin, sdk
     from lightning_accel.habana.fabric import HPUPrecision
 
-    refusals = {}
+    # The SDK acquires a device when asked its name: count the asks while each plugin is built.
+    hpu = sdk.hpu_module()
+    device_name, asked = hpu.get_device_name, []
+    hpu.get_device_name = lambda *args: asked.append(args) or device_name(*args)
+    refusals, opened = {}, {}
     for name, build in [
         ("trainer fp8", lambda: HPUPrecisionPlugin("fp8")),
         ("trainer 16-mixed", lambda: HPUPrecisionPlugin("16-mixed")),
         ("fabric fp8", lambda: HPUPrecision("fp8")),
+        ("is_fp8_available", HPUAccelerator.is_fp8_available),
     ]:
+        asked.clear()
         try:
             build()
             refusals[name] = None
         except ConfigurationError as exc:
             refusals[name] = str(exc)
+        opened[name] = len(asked)
+    hpu.get_device_name = device_name
     print(json.dumps({
         "name": HPUAccelerator.get_device_name(),
         "fp8": list(HPUAccelerator.is_fp8_available()),
         "refusals": refusals,
+        "device_name_asked": opened,
     }))
     """
 )
@@ -294,8 +331,11 @@ def test_first_generation_gaudi_refuses_fp8_and_16_mixed_with_the_sdks_reason() 
     assert report["fp8"] == [False, FP8_REASON]
     refusals = report["refusals"]
     for name in ("trainer fp8", "fabric fp8"):
-        assert "precision='fp8' is not available on this HPU (GAUDI (emulated))" in refusals[name]
+        assert "precision='fp8' is not available on this HPU (a first-generation Gaudi" in refusals[name]
         assert FP8_REASON in refusals[name]
+    # Neither the fp8 refusals nor is_fp8_available() opened a device (issue 22, item 5).
+    for name in ("trainer fp8", "fabric fp8", "is_fp8_available"):
+        assert report["device_name_asked"][name] == 0, name
     assert "FP16 not supported on Gaudi, Gaudi2 or higher required" in refusals["trainer 16-mixed"]
 
 
@@ -306,7 +346,12 @@ def test_gaudi3_has_fp8_and_a_bad_generation_is_a_clear_error() -> None:
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["name"] == "GAUDI3 (emulated)"
     assert report["fp8"] == [True, ""]
-    assert report["refusals"] == {"trainer fp8": None, "trainer 16-mixed": None, "fabric fp8": None}
+    assert report["refusals"] == {
+        "trainer fp8": None,
+        "trainer 16-mixed": None,
+        "fabric fp8": None,
+        "is_fp8_available": None,
+    }
 
     bad = _probe_generation("gaudi5")
     assert bad.returncode != 0

@@ -1,10 +1,25 @@
 """fp8 training with the SDK's Transformer Engine, shared by the Trainer, Fabric and DeepSpeed precision plugins.
 
 What the plugins do with ``precision="fp8"`` (the archived lightning-habana 1.6.0's ``plugins/precision.py``, kept
-where it was right): the plugin is refused where the SDK says fp8 is unavailable, with the SDK's reason;
+where it was right): the plugin is refused where the HPU generation has no fp8, with the SDK's reason;
 ``convert_modules(module, replace_layers=True)`` swaps every ``torch.nn.Linear`` for the SDK's
 ``transformer_engine.Linear`` (copying the weights, which lightning-habana did not), unless the module already holds
 Transformer Engine layers; the steps run inside ``fp8_autocast(enabled=True, fp8_recipe=recipe)``.
+
+Only names the SDK has are used (gaudi-pytorch-bridge 1.18.0, ``hpex/experimental/transformer_engine/``; from 1.19 the
+package re-exports ``intel_transformer_engine``):
+
+- availability: the SDK's own check (``fp8.check_fp8_support()``, cached by
+  ``fp8.FP8GlobalStateManager.is_fp8_available()``; there is no module-level ``fp8.is_fp8_available``, which
+  lightning-habana dropped in 1c4e7e3) asks ``hpu.get_device_name()``, and that acquires a device
+  (``hpu/__init__.py:121-142``) before the strategy has set ``HLS_MODULE_ID``. So the plugins ask
+  ``utils.experimental._get_device_type()``, which counts devices by generation without acquiring one
+  (``backend/synapse_helpers/device.cpp:573-590``), and apply the SDK's rule: no fp8 on first-generation Gaudi
+  (``synDeviceGaudi``), with the SDK's reason. ``fp8_autocast(enabled=True)`` asserts the SDK's own answer when the
+  steps run, on the device the strategy chose;
+- Transformer Engine layers are recognised as instances of the layer classes the package exports (``Linear``,
+  ``FusedAttention`` and any other ``torch.nn.Module`` class of it or its ``module`` submodule), not by the module
+  name of their class, which is ``intel_transformer_engine...`` from 1.19 on.
 """
 
 from __future__ import annotations
@@ -19,36 +34,46 @@ from lightning_accel.core.errors import ConfigurationError
 from . import sdk
 
 __all__ = [
-    "TE_MODULE",
+    "NO_FP8_REASON",
     "convert_modules",
     "fp8_autocast",
     "fp8_status",
     "make_recipe",
     "replace_linear_layers",
     "require_fp8",
+    "te_layer_classes",
 ]
 
-# The SDK's module name: how lightning-habana recognised layers already converted by the user.
-TE_MODULE = "habana_frameworks.torch.hpex.experimental.transformer_engine"
+# The SDK's reason (transformer_engine/fp8.py:30-36, check_fp8_support).
+NO_FP8_REASON = "FP8 not supported on Gaudi, Gaudi2 or higher required"
+
+
+def _first_generation() -> bool:
+    htexp = sdk.experimental_utils_module()
+    return bool(htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi)
 
 
 def fp8_status() -> tuple[bool, str]:
-    """The SDK's answer to ``transformer_engine.fp8.is_fp8_available()``: ``(available, reason)``."""
-    available, reason = sdk.transformer_engine_module().fp8.is_fp8_available()
-    return bool(available), str(reason)
+    """``(True, "")`` where the HPU generation has fp8 (Gaudi2 on), else ``(False, the SDK's reason)``.
+
+    Asked from the device type, which opens no device (see the module docstring).
+    """
+    if _first_generation():
+        return False, NO_FP8_REASON
+    return True, ""
 
 
 def require_fp8() -> None:
-    """Raise unless the SDK says fp8 is available.
+    """Raise unless the HPU generation has fp8; opens no device.
 
     Raises:
-        ConfigurationError: With the SDK's reason.
+        ConfigurationError: On a first-generation Gaudi, with the SDK's reason.
     """
     available, reason = fp8_status()
     if not available:
         raise ConfigurationError(
-            f"precision='fp8' is not available on this HPU ({sdk.hpu_module().get_device_name()}): the SDK says "
-            f"{reason!r}. Accepted on it: 'bf16-mixed', 'bf16-true' or '32-true'."
+            f"precision='fp8' is not available on this HPU (a first-generation Gaudi, synDeviceGaudi): {reason!r}. "
+            "Accepted on it: 'bf16-mixed', 'bf16-true' or '32-true'; fp8 needs a Gaudi2 or later."
         )
 
 
@@ -83,8 +108,26 @@ def fp8_autocast(recipe: Any) -> Any:
     return sdk.transformer_engine_module().fp8_autocast(enabled=True, fp8_recipe=recipe)
 
 
+def te_layer_classes() -> tuple[type[torch.nn.Module], ...]:
+    """The Transformer Engine's layer classes: the ``torch.nn.Module`` classes its package and ``module`` export."""
+    te = sdk.transformer_engine_module()
+    namespaces = [vars(te)]
+    submodule = getattr(te, "module", None)
+    if submodule is not None and not isinstance(submodule, type):
+        namespaces.append(vars(submodule))
+    found = {
+        value
+        for namespace in namespaces
+        for value in namespace.values()
+        # torch's own classes, should the package re-export one, are not Transformer Engine layers.
+        if isinstance(value, type) and issubclass(value, torch.nn.Module) and value.__module__.split(".")[0] != "torch"
+    }
+    return tuple(sorted(found, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}"))
+
+
 def _has_te_layers(module: torch.nn.Module) -> bool:
-    return any(type(m).__module__.startswith(TE_MODULE) or TE_MODULE in type(m).__module__ for m in module.modules())
+    layers = te_layer_classes()
+    return any(isinstance(m, layers) for m in module.modules())
 
 
 def replace_linear_layers(module: torch.nn.Module) -> int:
@@ -96,7 +139,7 @@ def replace_linear_layers(module: torch.nn.Module) -> int:
         How many layers were replaced.
     """
     te = sdk.transformer_engine_module()
-    if _has_te_layers(module) or any(isinstance(m, te.Linear) for m in module.modules()):
+    if _has_te_layers(module):
         return 0
     replaced = 0
     for name, child in list(module.named_children()):
