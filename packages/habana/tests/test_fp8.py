@@ -257,15 +257,15 @@ def test_bad_convert_modules_arguments_are_clear_errors(te: Any) -> None:
     with pytest.raises(ConfigurationError, match=r"precision is 'bf16-mixed'.*precision='fp8'"):
         HPUPrecisionPlugin("bf16-mixed").convert_modules(model, replace_layers=True)
     plugin = HPUPrecisionPlugin("fp8")
-    with pytest.raises(ConfigurationError, match=r"inference=True.*Intel Neural Compressor.*inference=False"):
-        plugin.convert_modules(model, inference=True)
+    with pytest.raises(ConfigurationError, match=r"inference=True, replace_layers=True.*for fp8 training"):
+        plugin.convert_modules(model, inference=True, replace_layers=True)
     with pytest.raises(ConfigurationError, match=r"recipe='hybrid' is not an fp8 recipe.*DelayedScaling"):
         plugin.convert_modules(model, recipe="hybrid")
     with pytest.raises(ConfigurationError, match=r"recipe=\{'fp8_format'.*Only E5M2 and HYBRID training"):
         plugin.convert_modules(model, recipe={"fp8_format": te.recipe.Format.E4M3})
     with pytest.raises(ConfigurationError, match=r"recipe=\{'amax_history_len': 0\}.*integer >= 1"):
         plugin.convert_modules(model, recipe={"amax_history_len": 0})
-    with pytest.raises(ConfigurationError, match=r"quant=False, fp8_data_path=None.*fp8 inference"):
+    with pytest.raises(ConfigurationError, match=r"quant=False\): quant is for fp8 inference \(inference=True\) only"):
         plugin.convert_modules(model, quant=False)
     with pytest.raises(ConfigurationError, match=r"module=.*torch.nn.Module"):
         plugin.convert_modules("model", replace_layers=True)  # type: ignore[arg-type]
@@ -279,6 +279,8 @@ def test_bad_convert_modules_arguments_are_clear_errors(te: Any) -> None:
 _GENERATION_PROBE = textwrap.dedent(
     """
     import json
+    import tempfile
+    import torch
     from lightning_accel.core.errors import ConfigurationError
     from lightning_accel.habana import HPUAccelerator, HPUPrecisionPlugin, sdk
     from lightning_accel.habana.fabric import HPUPrecision
@@ -292,6 +294,9 @@ _GENERATION_PROBE = textwrap.dedent(
         ("trainer fp8", lambda: HPUPrecisionPlugin("fp8")),
         ("trainer 16-mixed", lambda: HPUPrecisionPlugin("16-mixed")),
         ("fabric fp8", lambda: HPUPrecision("fp8")),
+        ("trainer fp8 inference", lambda: HPUPrecisionPlugin("fp8").convert_modules(
+            torch.nn.Sequential(torch.nn.Linear(2, 2)), inference=True, quant=False, fp8_data_path=tempfile.mkdtemp()
+        )),
         ("is_fp8_available", HPUAccelerator.is_fp8_available),
     ]:
         asked.clear()
@@ -330,7 +335,7 @@ def test_first_generation_gaudi_refuses_fp8_and_16_mixed_with_the_sdks_reason() 
     assert report["name"] == "GAUDI (emulated)"
     assert report["fp8"] == [False, FP8_REASON]
     refusals = report["refusals"]
-    for name in ("trainer fp8", "fabric fp8"):
+    for name in ("trainer fp8", "fabric fp8", "trainer fp8 inference"):
         assert "precision='fp8' is not available on this HPU (a first-generation Gaudi" in refusals[name]
         assert FP8_REASON in refusals[name]
     # Neither the fp8 refusals nor is_fp8_available() opened a device (issue 22, item 5).
@@ -350,6 +355,7 @@ def test_gaudi3_has_fp8_and_a_bad_generation_is_a_clear_error() -> None:
         "trainer fp8": None,
         "trainer 16-mixed": None,
         "fabric fp8": None,
+        "trainer fp8 inference": None,
         "is_fp8_available": None,
     }
 

@@ -35,6 +35,7 @@ from . import sdk
 
 __all__ = [
     "NO_FP8_REASON",
+    "check_inference_arguments",
     "convert_modules",
     "fp8_autocast",
     "fp8_status",
@@ -78,7 +79,9 @@ def require_fp8() -> None:
 
 
 def make_recipe(recipe: Any) -> Any:
-    """The SDK's ``DelayedScaling`` for ``recipe``: itself, one built from a mapping of its arguments, or the default.
+    """The SDK's ``DelayedScaling`` for ``recipe``: itself, one built from a mapping, or the default (``None``).
+
+    The class itself stands for its default, as lightning-habana 1.7 accepted it.
 
     Raises:
         ConfigurationError: For anything else, or a mapping the SDK's ``DelayedScaling`` refuses.
@@ -88,6 +91,8 @@ def make_recipe(recipe: Any) -> Any:
         return recipes.DelayedScaling()
     if isinstance(recipe, recipes.DelayedScaling):
         return recipe
+    if recipe is recipes.DelayedScaling:
+        return recipes.DelayedScaling()
     if isinstance(recipe, Mapping):
         try:
             return recipes.DelayedScaling(**recipe)
@@ -163,21 +168,7 @@ def replace_linear_layers(module: torch.nn.Module) -> int:
     return replaced
 
 
-def convert_modules(
-    precision: str,
-    module: torch.nn.Module,
-    inference: bool,
-    replace_layers: bool,
-    recipe: Any,
-    quant: bool,
-    fp8_data_path: str | None,
-) -> Any:
-    """The plugins' ``convert_modules``: check the arguments, swap the layers; returns the recipe for the steps.
-
-    Raises:
-        ConfigurationError: When ``precision`` is not ``"fp8"``, for ``inference=True``, a bad ``recipe``, or
-            inference-only arguments given for training.
-    """
+def _check_precision_and_module(precision: str, module: Any) -> None:
     if precision != "fp8":
         raise ConfigurationError(
             f"convert_modules() prepares a model for fp8, but this plugin's precision is "
@@ -187,19 +178,60 @@ def convert_modules(
         raise ConfigurationError(
             f"convert_modules(module={module!r}): accepted: a torch.nn.Module (your LightningModule or its model)."
         )
+
+
+def check_inference_arguments(precision: str, module: Any, replace_layers: bool, recipe: Any) -> None:
+    """Check the arguments of ``convert_modules(inference=True)`` that are not INC's.
+
+    Raises:
+        ConfigurationError: When ``precision`` is not ``"fp8"``, ``module`` is no module or has no submodules, or
+            training-only arguments (``replace_layers``, ``recipe``) are given.
+    """
+    _check_precision_and_module(precision, module)
+    if next(module.children(), None) is None:
+        # INC replaces each quantizable layer inside its parent module; a model that is one layer has no parent.
+        raise ConfigurationError(
+            f"convert_modules(module={module!r}, inference=True): Intel Neural Compressor swaps the layers inside a "
+            "model for fp8 ones and cannot swap the model itself. Accepted: a module holding the layers (your "
+            "LightningModule, or e.g. torch.nn.Sequential(layer))."
+        )
+    if replace_layers or recipe is not None:
+        raise ConfigurationError(
+            f"convert_modules(inference=True, replace_layers={replace_layers!r}, recipe={recipe!r}): these arguments "
+            "are for fp8 training (inference=False) with the Transformer Engine. Accepted for inference: quant and "
+            "fp8_data_path (Intel Neural Compressor quantizes the model's own layers)."
+        )
+
+
+def convert_modules(
+    precision: str,
+    module: torch.nn.Module,
+    inference: bool,
+    replace_layers: bool,
+    recipe: Any,
+    quant: Any,
+    fp8_data_path: Any,
+) -> Any:
+    """``convert_modules`` for fp8 training: check the arguments, swap the layers; returns the recipe for the steps.
+
+    ``fp8_data_path`` is accepted and unused, as lightning-habana 1.7 accepted it with ``inference=False``.
+
+    Raises:
+        ConfigurationError: When ``precision`` is not ``"fp8"``, for ``inference=True`` (a plugin without fp8
+            inference: the DeepSpeed plugin), a bad ``recipe``, or ``quant`` given for training.
+    """
+    _check_precision_and_module(precision, module)
     if inference:
         raise ConfigurationError(
-            "convert_modules(inference=True) is not supported: fp8 inference on Gaudi is Intel Neural Compressor's "
-            "(neural_compressor.torch.quantization: prepare, measure, convert, configured by QUANT_CONFIG), whose "
-            "fp8 modules call the SDK's fp8 kernels (torch.ops.hpu.cast_to_fp8_v2, fp8_gemm_v2, ...), and "
-            "lightning-accel-habana does not drive it. Accepted: inference=False (fp8 training with "
-            "replace_layers=True). For fp8 inference, run INC's prepare/convert on your model on a Gaudi2 or later "
-            "(Intel Gaudi docs, 'Run Inference Using FP8') and predict with precision='bf16-mixed' or '32-true'."
+            "convert_modules(inference=True) is not supported with DeepSpeed: fp8 inference through Intel Neural "
+            "Compressor runs on one HPU. Accepted: inference=False (fp8 training with replace_layers=True); for fp8 "
+            "inference use HPUPrecisionPlugin('fp8').convert_modules(model, inference=True, ...) with "
+            "Trainer(devices=1)."
         )
-    if not quant or fp8_data_path is not None:
+    if quant is not True:
         raise ConfigurationError(
-            f"convert_modules(quant={quant!r}, fp8_data_path={fp8_data_path!r}): these arguments are for fp8 "
-            "inference (inference=True) only. Accepted for training: leave them at their defaults."
+            f"convert_modules(quant={quant!r}): quant is for fp8 inference (inference=True) only. Accepted for "
+            "training: leave it at its default."
         )
     made = make_recipe(recipe)
     if replace_layers:
