@@ -9,6 +9,7 @@ start a child process.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -87,15 +88,19 @@ def test_fp8_forward_differs_from_fp32_by_fp8_rounding_not_bf16s(
     te: Any, fp8_format: str, low: float, high: float
 ) -> None:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to("hpu")
+    host = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    # Copied on the host: a deep copy of a module on the emulated "hpu" loses its parameters' shapes (an emulator
+    # defect of the device layer, reported), and the converted layers would copy a broadcast scalar.
+    model, copied = host.to("hpu"), copy.deepcopy(host).to("hpu")
     x = torch.randn(512, 256, device="hpu")
     reference = model(x).detach()
 
     bf16 = _outputs(HPUPrecisionPlugin("bf16-mixed"), model, x)
     fp8_plugin = HPUPrecisionPlugin("fp8")
     converted = fp8_plugin.convert_modules(
-        copy.deepcopy(model), replace_layers=True, recipe={"fp8_format": te.recipe.Format[fp8_format]}
+        copied, replace_layers=True, recipe={"fp8_format": te.recipe.Format[fp8_format]}
     )
+    assert converted[0].weight.shape == (256, 256)
     fp8 = _outputs(fp8_plugin, converted, x)
 
     fp8_error, bf16_error = _relative_error(fp8, reference), _relative_error(bf16, reference)
@@ -233,6 +238,80 @@ def test_fp8_availability_is_the_sdks_1_18_api_not_a_module_level_function(te: A
     # Our plugins are built on that SDK.
     assert HPUPrecisionPlugin("fp8").fp8_train_available
     assert HPUPrecision("fp8").fp8_train_available
+
+
+def test_the_cpp_extensions_cast_and_multiply_on_the_sdks_fp8_operators_and_record_amaxes(te: Any) -> None:
+    from habana_frameworks.torch.hpex.experimental.transformer_engine import cpp_extensions as tex
+    from habana_frameworks.torch.hpex.experimental.transformer_engine.utils import FP8FwdTensors, FP8TensorMeta
+
+    meta = FP8TensorMeta()
+    meta.scale = torch.tensor([2.0, 0.5], device="hpu")
+    meta.scale_inv = torch.reciprocal(meta.scale)
+    meta.amax_history = torch.zeros(1, 2, device="hpu")
+    meta.amax_history_index = torch.zeros(1, dtype=torch.int32, device="hpu")
+    x = torch.tensor([[1.0, -3.0]], device="hpu")
+    w = torch.tensor([[4.0, 2.0], [1.0, 1.0]], device="hpu")
+    x8 = tex.cast_to_fp8(x, meta, FP8FwdTensors.GEMM1_INPUT, torch.float8_e4m3fn)
+    w8 = tex.cast_to_fp8(w, meta, FP8FwdTensors.GEMM1_WEIGHT, torch.float8_e4m3fn)
+    assert x8.float().cpu().tolist() == [[2.0, -6.0]]  # times the input's scale, 2
+    assert meta.amax_history.cpu().tolist() == [[3.0, 4.0]]  # each cast recorded its amax in its column
+    x_back = tex.cast_from_fp8(x8, meta, FP8FwdTensors.GEMM1_INPUT, torch.float32)
+    assert x_back.cpu().tolist() == [[1.0, -3.0]]
+    # fp8_gemm(A=weight, B=input), NVIDIA's order: input @ weight.T, each operand times its scale_inv.
+    out = tex.fp8_gemm(w8, meta.scale_inv[1], x8, meta.scale_inv[0], torch.float32)
+    assert out.cpu().tolist() == [[-2.0, -2.0]]
+    with pytest.raises(NotImplementedError, match=r"cpp_extensions.fp8_gelu is not emulated"):
+        tex.fp8_gelu(x, meta, FP8FwdTensors.GEMM1_INPUT, torch.float8_e4m3fn)
+
+
+class _Tracker:
+    """A Megatron-style random-state tracker with no states of its own."""
+
+    def get_states(self) -> dict[str, Any]:
+        return {}
+
+    def set_states(self, states: dict[str, Any]) -> None:
+        assert states == {}
+
+    def fork(self) -> Any:
+        return contextlib.nullcontext()
+
+
+def test_checkpointed_layers_recompute_with_the_same_fp8_scales_as_a_plain_run(
+    te: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PT_TE_FORCE_SR_BWD", "0")  # HYBRID's stochastic rounding would draw differently in each run
+    recipe = te.recipe.DelayedScaling(fp8_format=te.recipe.Format.HYBRID, amax_history_len=2, amax_compute_algo="max")
+
+    def layers() -> torch.nn.Module:
+        torch.manual_seed(0)  # the same weights twice (no deep copy: on the emulated "hpu" it loses their shapes)
+        return torch.nn.Sequential(te.Linear(16, 16), torch.nn.GELU(), te.Linear(16, 4))
+
+    plain, checkpointed = layers(), layers()
+    for step in range(3):
+        # Two micro-batches, forwards first, then the backwards in the same order (a pipeline's 1F1B keeps it): the
+        # second forward moves the scales on, and the first recompute must use the scales of its own forward.
+        # As with torch.utils.checkpoint(use_reentrant=True), the inputs carry the graph (hidden states do).
+        xs = [(torch.randn(8, 16, device="hpu") * (step + 1 + i)).requires_grad_() for i in range(2)]
+        # The SDK's checkpoint recomputes in fp8 when the backward runs inside fp8_autocast (its
+        # activation_recompute_forward asks is_fp8_enabled(), transformer_engine/distributed.py at 1.18.0).
+        with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+            expected = [plain(x) for x in xs]
+            outs = [te.checkpoint(checkpointed, False, _Tracker, None, x) for x in xs]
+            for out, reference in zip(outs, expected, strict=True):
+                torch.testing.assert_close(out, reference, rtol=0, atol=0)
+                reference.square().sum().backward()
+                out.square().sum().backward()
+        for ours, theirs in zip(checkpointed.modules(), plain.modules(), strict=True):
+            if isinstance(ours, te.Linear):
+                torch.testing.assert_close(ours.weight.grad, theirs.weight.grad, rtol=0, atol=0)
+                for key in ("scaling_fwd", "scaling_bwd", "scaling_hybrid"):
+                    torch.testing.assert_close(ours.fp8_meta[key].scale, theirs.fp8_meta[key].scale, rtol=0, atol=0)
+                    torch.testing.assert_close(
+                        ours.fp8_meta[key].amax_history, theirs.fp8_meta[key].amax_history, rtol=0, atol=0
+                    )
+                assert ours.run_cnt == theirs.run_cnt == 2 * (step + 1)  # a recompute is not a run of its own
+    assert bool((plain[0].fp8_meta["scaling_fwd"].scale != 1).all())  # the scales did move over the steps
 
 
 def test_a_model_holding_any_transformer_engine_layer_is_left_as_it_is(

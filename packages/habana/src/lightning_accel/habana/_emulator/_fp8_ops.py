@@ -1,4 +1,4 @@
-"""The SDK's fp8 operators (``torch.ops.hpu.cast_to_fp8_v2``, ``cast_from_fp8``, ``fp8_gemm_v2``), with fp8 numerics.
+"""The SDK's fp8 operators (``torch.ops.hpu.cast_to_fp8_v2``, ``cast_from_fp8``, ``fp8_gemm_v2``, ...) with fp8 numbers.
 
 Intel Neural Compressor's fp8 inference on Gaudi (``neural_compressor.torch.algorithms.fp8_quant``) quantizes a model
 with these three operators: ``cast_to_fp8_v2`` casts activations and weights to fp8, ``fp8_gemm_v2`` multiplies fp8
@@ -7,7 +7,10 @@ registers them, with the SDK's schemas (each overload: the tensor scale, ``.scal
 of floats), when the emulated SDK loads. Sources (gaudi-pytorch-bridge 1.19.0):
 
 - the schemas: ``habana_eager/eager_custom_op_register.cpp:2146-2171`` (eager mode) and
-  ``habana_kernels/kernels_register.cpp:2429-2451`` (lazy mode), the same text;
+  ``habana_kernels/kernels_register.cpp:2429-2451`` (lazy mode), the same text; the Transformer Engine's
+  ``cast_to_fp8_hybrid`` (both formats from one input, ``scripts/ops_list/custom_ops_list.csv:72``,
+  ``hpu_ops/backend/cast_to_fp8_hybrid_gen.cpp``) and ``fp8_gemm`` (the product into ``out``,
+  ``eager_custom_op_register.cpp:2165``) too;
 - what each checks and returns: ``hpu_ops/backend/fp8_ops.cpp``. ``cast_to_fp8_v2`` takes float32, bfloat16 or an
   fp8 tensor of the output dtype (``:198-218``), checks that a tensor scale has as many elements as ``scale_shape``
   (``ValidateScaleShape``, ``:29-52``), reshapes it to ``scale_shape`` (``HandleScaleTensor``, ``:54-74``), rounds to
@@ -60,6 +63,15 @@ _CAST_FROM = "cast_from_fp8{overload}(Tensor input, {scale}, ScalarType out_dtyp
 _GEMM = (
     "fp8_gemm_v2{overload}(Tensor A, bool trans_A, Tensor B, bool trans_B, Tensor? D, ScalarType out_dtype, "
     "{scales}, Tensor? bias=None, bool accumulate=False, int[]? B_scale_shape=None) -> Tensor"
+)
+# The Transformer Engine's casts to both formats at once, and the older product into a given output.
+_CAST_TO_HYBRID = (
+    "cast_to_fp8_hybrid(Tensor input, Tensor? scale_152=None, Tensor? scale_143=None, bool stochastic_rounding=False, "
+    "bool is_amax=False) -> (Tensor, Tensor, Tensor)"
+)
+_GEMM_OUT = (
+    "fp8_gemm(Tensor A, bool trans_A, Tensor B, bool trans_B, Tensor D, ScalarType out_dtype, Tensor? A_scale_inv, "
+    "Tensor? B_scale_inv, Tensor? bias, bool accumulate, Tensor(a!) out) -> Tensor(a!)"
 )
 # The three overloads of each operator and how their scale arguments are declared.
 _SCALES = {
@@ -174,6 +186,37 @@ def _fp8_gemm_v2(
     return out.to(out_dtype)
 
 
+def _cast_to_fp8_hybrid(
+    input: torch.Tensor,
+    scale_152: torch.Tensor | None = None,
+    scale_143: torch.Tensor | None = None,
+    stochastic_rounding: bool = False,
+    is_amax: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if input.dtype not in (torch.float32, torch.bfloat16):
+        raise RuntimeError("CastToFp8Hybrid input must be of float or bfloat16 dtype.")
+    e5m2, amax = _cast_to_fp8_v2(input, scale_152, stochastic_rounding, is_amax, torch.float8_e5m2)
+    e4m3, _ = _cast_to_fp8_v2(input, scale_143, stochastic_rounding, False, torch.float8_e4m3fn)
+    return e5m2, e4m3, amax
+
+
+def _fp8_gemm(
+    A: torch.Tensor,
+    trans_A: bool,
+    B: torch.Tensor,
+    trans_B: bool,
+    D: torch.Tensor,
+    out_dtype: torch.dtype,
+    A_scale_inv: torch.Tensor | None,
+    B_scale_inv: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    accumulate: bool,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    result = _fp8_gemm_v2(A, trans_A, B, trans_B, D, out_dtype, A_scale_inv, B_scale_inv, bias, accumulate)
+    return out.copy_(result)
+
+
 def register() -> None:
     """Define the operators once per process (the SDK's library loads once too)."""
     global _library
@@ -189,6 +232,10 @@ def register() -> None:
         library.impl(f"cast_to_fp8_v2{suffix}", _cast_to_fp8_v2, "CompositeExplicitAutograd")
         library.impl(f"cast_from_fp8{suffix}", _cast_from_fp8, "CompositeExplicitAutograd")
         library.impl(f"fp8_gemm_v2{suffix}", _fp8_gemm_v2, "CompositeExplicitAutograd")
+    library.define(_CAST_TO_HYBRID)
+    library.impl("cast_to_fp8_hybrid", _cast_to_fp8_hybrid, "CompositeExplicitAutograd")
+    library.define(_GEMM_OUT)
+    library.impl("fp8_gemm", _fp8_gemm, "CompositeExplicitAutograd")
     _library = library
 
 

@@ -5,8 +5,9 @@ delayed scaling (``recipe.DelayedScaling``). The public surface is the SDK's, mo
 1.18.0 ``f90046f``, the newest release whose Transformer Engine source is public; from 1.19 the package re-exports the
 separate ``intel_transformer_engine``, ``transformer_engine/__init__.py:27-35``): this package exports ``Linear`` and
 ``fp8_autocast``; ``fp8`` has ``check_fp8_support()`` and ``FP8GlobalStateManager.is_fp8_available()`` (and no
-module-level ``is_fp8_available``), ``recipe``, ``constants`` and ``utils`` their names. ``FusedAttention``,
-``checkpoint`` and the ``cpp_extensions``, ``distributed`` and ``numerics_debug`` modules are not emulated.
+module-level ``is_fp8_available``), ``recipe``, ``constants``, ``utils``, ``cpp_extensions`` (on the SDK's fp8
+operators; ``fp8_gelu`` refuses), ``distributed`` (tensor-parallel helpers, fp8-aware ``checkpoint``) and
+``numerics_debug`` their names. ``FusedAttention`` and ``module.base``/``module.attention`` are not emulated.
 
 Example:
     >>> import torch
@@ -21,11 +22,14 @@ from __future__ import annotations
 
 # The submodules are attributes of the package, as importing them makes them on the SDK.
 from . import constants as constants
+from . import cpp_extensions as cpp_extensions
+from . import distributed as distributed
 from . import fp8 as fp8
 from . import module as module
 from . import recipe as recipe
 from . import utils as utils
+from .distributed import checkpoint
 from .fp8 import fp8_autocast
 from .module import Linear
 
-__all__ = ["Linear", "fp8_autocast"]
+__all__ = ["Linear", "checkpoint", "fp8_autocast"]

@@ -34,6 +34,7 @@ collectives).
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -107,6 +108,8 @@ class MetaTensorType(Enum):
 
 
 _META_KEYS = {MetaTensorType.FORWARD: "fwd", MetaTensorType.HYBRID: "hybrid", MetaTensorType.BACKWARD: "bwd"}
+# The tensors of a scaling group, in the order the recompute stash keeps them.
+_META_FIELDS = ("amax_history", "amax_history_index", "scale", "scale_inv")
 
 
 class FP8GlobalStateManager:
@@ -127,6 +130,9 @@ class FP8GlobalStateManager:
     FP8_AUTOCAST_DEPTH: ClassVar[int] = 0
     FP8_MANUAL_MEASUREMENT: ClassVar[bool | None] = None
     global_fp8_buffer: ClassVar[dict[str, list[torch.Tensor]]] = {}
+    fp8_tensors_recompute_buffer: ClassVar[list[deque[list[torch.Tensor]]]] = []
+    buffer_delete_key_fwd: ClassVar[str | None] = None
+    buffer_delete_key_bwd: ClassVar[str | None] = None
     fp8_available: ClassVar[bool | None] = None
     reason_for_no_fp8: ClassVar[str] = ""
 
@@ -266,6 +272,163 @@ class FP8GlobalStateManager:
     def is_hybrid_mode(cls, fp8_meta: dict[str, Any]) -> bool:
         """Whether ``fp8_meta`` has a hybrid scaling group (the HYBRID format)."""
         return cls.get_meta_tensor_key(MetaTensorType.HYBRID) in fp8_meta
+
+    @staticmethod
+    def get_buffer_position_key(forward: bool = True) -> str:
+        """The key of a layer's position in the global amax buffer, in its ``fp8_meta``."""
+        return "global_fp8_buffer_pos_fwd" if forward else "global_fp8_buffer_pos_bwd"
+
+    @staticmethod
+    def get_autocast_key(forward: bool = True) -> str:
+        """The key of the autocast id in a layer's ``fp8_meta``."""
+        return "autocast_id_fwd" if forward else "autocast_id_bwd"
+
+    @staticmethod
+    def get_run_id_key(forward: bool = True) -> str:
+        """The key of the run id in a layer's ``fp8_meta``."""
+        return "run_id_fwd" if forward else "run_id_bwd"
+
+    @classmethod
+    def get_amax_buffer_key(cls, fp8_meta: dict[str, Any], forward: bool = True) -> str:
+        """The key of a run's amaxes in the global buffer: ``FWD_AMAX_<run id>`` or ``BWD_AMAX_<run id>``."""
+        return f"{'FWD' if forward else 'BWD'}_AMAX_{fp8_meta[cls.get_run_id_key(forward)]}"
+
+    @classmethod
+    def _latest_amax(cls, fp8_meta: dict[str, Any], forward: bool) -> torch.Tensor:
+        meta = fp8_meta[cls.get_meta_tensor_key_bool(forward)]
+        return meta.amax_history[meta.amax_history_index][0]
+
+    @classmethod
+    def add_amax_to_global_buffer(cls, fp8_meta: dict[str, Any], forward: bool = True) -> None:
+        """Append the layer's latest amaxes to its run's list in the global buffer; remember its position."""
+        entries = cls.global_fp8_buffer.setdefault(cls.get_amax_buffer_key(fp8_meta, forward), [])
+        entries.append(cls._latest_amax(fp8_meta, forward))
+        fp8_meta.setdefault(cls.get_buffer_position_key(forward), len(entries) - 1)
+
+    @classmethod
+    def copy_amax_from_global_buffer(cls, fp8_meta: dict[str, Any], forward: bool = True) -> None:
+        """Write the (reduced) amaxes of the layer's position back into its history (and the hybrid group's)."""
+        position_key = cls.get_buffer_position_key(forward)
+        if position_key not in fp8_meta:
+            return
+        key = cls.get_amax_buffer_key(fp8_meta, forward)
+        assert key in cls.global_fp8_buffer, "TE internal error."
+        amax = cls.global_fp8_buffer[key][fp8_meta[position_key]]
+        targets = [cls.get_meta_tensor_key_bool(forward)]
+        if forward and cls.is_hybrid_mode(fp8_meta):
+            targets.append(cls.get_meta_tensor_key(MetaTensorType.HYBRID))
+        for target in targets:
+            meta = fp8_meta[target]
+            meta.amax_history[meta.amax_history_index] = amax
+
+    @classmethod
+    def set_amax_buffer_key_deletion(cls, fp8_meta: dict[str, Any], forward: bool = True) -> None:
+        """Mark the layer's run key for deletion from the global buffer when the autocast region ends."""
+        if cls.get_run_id_key(forward) not in fp8_meta:
+            return
+        key = cls.get_amax_buffer_key(fp8_meta, forward)
+        if forward:
+            cls.buffer_delete_key_fwd = key
+        else:
+            cls.buffer_delete_key_bwd = key
+
+    @classmethod
+    def delete_key_from_amax_buffer(cls, forward: bool = True) -> None:
+        """Delete the key marked by :meth:`set_amax_buffer_key_deletion` from the global buffer."""
+        key = cls.buffer_delete_key_fwd if forward else cls.buffer_delete_key_bwd
+        if key is not None and key in cls.global_fp8_buffer:
+            del cls.global_fp8_buffer[key]
+            if forward:
+                cls.buffer_delete_key_fwd = None
+            else:
+                cls.buffer_delete_key_bwd = None
+
+    @classmethod
+    def global_amax_reduction(
+        cls,
+        fp8_meta: dict[str, Any],
+        reduce_amax_across_tp_group: bool = False,
+        tp_group: Any = None,
+        forward: bool = True,
+    ) -> None:
+        """Reduce (``MAX``) the run's amaxes of every layer in one collective over ``fp8_meta["fp8_group"]``."""
+        key = cls.get_amax_buffer_key(fp8_meta, forward)
+        if key not in cls.global_fp8_buffer:
+            return
+        parts = cls.global_fp8_buffer[key]
+        joined = torch.cat(parts)
+        cls.reduce_tensor_across_group_op_max(joined, fp8_meta["fp8_group"])
+        if reduce_amax_across_tp_group:
+            cls.reduce_tensor_across_group_op_max(joined, tp_group)
+        cls.global_fp8_buffer[key] = list(joined.split([part.numel() for part in parts]))
+
+    @classmethod
+    def get_global_fp8_state_checkpoint(cls) -> dict[str, Any]:
+        """The global counters and flags, for a checkpoint."""
+        return {
+            "FP8_AUTOCAST_COUNTER": cls.FP8_AUTOCAST_COUNTER,
+            "FP8_CURRENT_CONTEXT_ID": cls.FP8_CURRENT_CONTEXT_ID,
+            "FP8_AUTOCAST_DEPTH": cls.FP8_AUTOCAST_DEPTH,
+            "FP8_MANUAL_MEASUREMENT": cls.FP8_MANUAL_MEASUREMENT,
+            "buffer_delete_key_fwd": cls.buffer_delete_key_fwd,
+            "buffer_delete_key_bwd": cls.buffer_delete_key_bwd,
+        }
+
+    @classmethod
+    def set_global_fp8_state_checkpoint(cls, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_global_fp8_state_checkpoint` returned (unknown keys are ignored)."""
+        for name, value in state.items():
+            if hasattr(cls, name):
+                setattr(cls, name, value)
+
+    @classmethod
+    def get_global_fp8_buffer_checkpoint(cls) -> dict[str, list[torch.Tensor]]:
+        """The global amax buffer, for a checkpoint."""
+        return cls.global_fp8_buffer
+
+    @classmethod
+    def set_global_fp8_buffer_checkpoint(cls, buffer: dict[str, list[torch.Tensor]]) -> None:
+        """Restore the global amax buffer, its tensors moved to the HPU."""
+        for key, tensors in buffer.items():
+            buffer[key] = [tensor.to("hpu") for tensor in tensors]
+        cls.global_fp8_buffer = buffer
+
+    @classmethod
+    def copy_forward_fp8_meta_tensors_for_recompute(cls, fp8_meta: dict[str, Any]) -> None:
+        """Stash copies of the forward scaling state, so that a recomputed forward uses the same scales."""
+        stash: list[torch.Tensor] = []
+        kinds = [MetaTensorType.FORWARD] + ([MetaTensorType.HYBRID] if cls.is_hybrid_mode(fp8_meta) else [])
+        for kind in kinds:
+            meta = fp8_meta[cls.get_meta_tensor_key(kind)]
+            stash += [t.clone() for t in (meta.amax_history, meta.amax_history_index, meta.scale, meta.scale_inv)]
+        position_key = "global_fp8_buffer_pos_fwd_recompute"
+        if position_key not in fp8_meta:
+            cls.fp8_tensors_recompute_buffer.append(deque())
+            fp8_meta[position_key] = len(cls.fp8_tensors_recompute_buffer) - 1
+        cls.fp8_tensors_recompute_buffer[fp8_meta[position_key]].append(stash)
+
+    @classmethod
+    def get_old_fp8_meta_tensors_for_recompute(cls, fp8_meta: dict[str, Any]) -> None:
+        """Keep the current forward scaling state aside and switch to the one stashed before the first forward."""
+        stash = cls.fp8_tensors_recompute_buffer[fp8_meta["global_fp8_buffer_pos_fwd_recompute"]].popleft()
+        kinds = [MetaTensorType.FORWARD] + ([MetaTensorType.HYBRID] if cls.is_hybrid_mode(fp8_meta) else [])
+        for number, kind in enumerate(kinds):
+            meta = fp8_meta[cls.get_meta_tensor_key(kind)]
+            suffix = cls.get_key_suffix(kind)
+            for name in _META_FIELDS:
+                fp8_meta[f"updated_{name}_{suffix}"] = getattr(meta, name)
+            for name, value in zip(_META_FIELDS, stash[4 * number : 4 * number + 4], strict=True):
+                setattr(meta, name, value)
+
+    @classmethod
+    def restore_fp8_meta_tensors(cls, fp8_meta: dict[str, Any]) -> None:
+        """Switch back to the scaling state kept aside by :meth:`get_old_fp8_meta_tensors_for_recompute`."""
+        kinds = [MetaTensorType.FORWARD] + ([MetaTensorType.HYBRID] if cls.is_hybrid_mode(fp8_meta) else [])
+        for kind in kinds:
+            meta = fp8_meta[cls.get_meta_tensor_key(kind)]
+            suffix = cls.get_key_suffix(kind)
+            for name in _META_FIELDS:
+                setattr(meta, name, fp8_meta[f"updated_{name}_{suffix}"])
 
     @staticmethod
     def reduce_tensor_across_group_op_max(tensor: torch.Tensor, group: Any) -> None:

@@ -37,12 +37,35 @@ from typing import Any
 import torch
 from torch import nn
 
+# The names the SDK's module/linear.py imports are importable from here too (its public surface); the emulator's
+# own helpers are private.
 from .. import fp8 as _fp8
-from .._cast import dequantize, quantize
+from .._cast import dequantize as _dequantize
+from .._cast import quantize as _quantize
 from ..constants import GemmParallelModes, dist_group_type
+from ..cpp_extensions import cast_to_fp8 as cast_to_fp8
+from ..cpp_extensions import cast_to_fp8_hybrid as cast_to_fp8_hybrid
+from ..cpp_extensions import fp8_gemm as fp8_gemm
+from ..distributed import allreduce as allreduce
+from ..distributed import gather_along_first_dim as gather_along_first_dim
+from ..distributed import gather_along_last_dim as gather_along_last_dim
+from ..distributed import get_distributed_world_size as get_distributed_world_size
+from ..distributed import initialize_affine_weight_hpu as initialize_affine_weight_hpu
+from ..distributed import is_fp8_activation_recompute_enabled as _is_fp8_activation_recompute_enabled
+from ..distributed import reduce_scatter_along_first_dim as reduce_scatter_along_first_dim
+from ..distributed import set_tensor_model_parallel_attributes as set_tensor_model_parallel_attributes
 from ..fp8 import FP8GlobalStateManager
-from ..recipe import DelayedScaling, Format
-from ..utils import FP8TensorMeta, get_default_init_method
+from ..fp8 import MetaTensorType as MetaTensorType
+from ..fp8 import get_fp8_te_dtype as get_fp8_te_dtype
+from ..fp8 import get_fp8_te_sr as get_fp8_te_sr
+from ..recipe import DelayedScaling as _DelayedScaling
+from ..recipe import Format as _Format
+from ..utils import FP8BwdTensors as FP8BwdTensors
+from ..utils import FP8FwdTensors as FP8FwdTensors
+from ..utils import FP8TensorMeta as _FP8TensorMeta
+from ..utils import cast_if_needed as cast_if_needed
+from ..utils import divide as divide
+from ..utils import get_default_init_method
 
 __all__ = ["Linear"]
 
@@ -50,8 +73,8 @@ _INPUT, _WEIGHT = 0, 1
 _GRAD_OUTPUT = 0
 
 
-def _new_meta(num_tensors: int, history_len: int, device: torch.device) -> FP8TensorMeta:
-    meta = FP8TensorMeta()
+def _new_meta(num_tensors: int, history_len: int, device: torch.device) -> _FP8TensorMeta:
+    meta = _FP8TensorMeta()
     meta.scale = torch.ones(num_tensors, dtype=torch.float32, device=device)
     meta.scale_inv = torch.ones(num_tensors, dtype=torch.float32, device=device)
     meta.amax_history = torch.zeros(history_len, num_tensors, dtype=torch.float32, device=device)
@@ -59,18 +82,18 @@ def _new_meta(num_tensors: int, history_len: int, device: torch.device) -> FP8Te
     return meta
 
 
-def _row(meta: FP8TensorMeta) -> int:
+def _row(meta: _FP8TensorMeta) -> int:
     return int(meta.amax_history_index[0])
 
 
-def _record(meta: FP8TensorMeta, column: int, tensor: torch.Tensor) -> None:
+def _record(meta: _FP8TensorMeta, column: int, tensor: torch.Tensor) -> None:
     # The amax of this step goes to the current row of the circular history.
     meta.amax_history[_row(meta), column] = tensor.detach().abs().max().float()
 
 
 def _update(fp8_meta: dict[str, Any], forward: bool, perform_scale_update: bool) -> None:
     """Reduce the latest amaxes over the fp8 group (``reduce_amax``), then the SDK's scale update."""
-    recipe: DelayedScaling = fp8_meta["recipe"]
+    recipe: _DelayedScaling = fp8_meta["recipe"]
     if recipe.reduce_amax:
         keys = ["scaling_fwd", "scaling_hybrid"] if forward else ["scaling_bwd"]
         for key in keys:
@@ -85,20 +108,23 @@ def _update(fp8_meta: dict[str, Any], forward: bool, perform_scale_update: bool)
 class _ScalingState:
     """The scaling groups of one layer, kept in its ``fp8_meta`` under the SDK's keys, and the recipe they follow."""
 
-    def __init__(self, fp8_meta: dict[str, Any], recipe: DelayedScaling, device: torch.device) -> None:
+    def __init__(self, fp8_meta: dict[str, Any], recipe: _DelayedScaling, device: torch.device) -> None:
+        # A new recipe starts the scaling afresh; the activation-recompute phase is the layer's, not the recipe's.
+        phase = fp8_meta.get("in_activation_recompute_phase", False)
         fp8_meta.clear()
+        fp8_meta["in_activation_recompute_phase"] = phase
         fp8_meta["recipe"] = recipe
         fp8_meta["fp8_max_fwd"] = recipe.fp8_format.value.max_fwd
         fp8_meta["fp8_max_bwd"] = recipe.fp8_format.value.max_bwd
         fp8_meta["scaling_fwd"] = _new_meta(2, recipe.amax_history_len, device)
         fp8_meta["scaling_bwd"] = _new_meta(1, recipe.amax_history_len, device)
-        if recipe.fp8_format == Format.HYBRID:
+        if recipe.fp8_format == _Format.HYBRID:
             fp8_meta["scaling_hybrid"] = _new_meta(2, recipe.amax_history_len, device)
         self.meta = fp8_meta
         self.recipe = recipe
-        self.fwd: FP8TensorMeta = fp8_meta["scaling_fwd"]
-        self.bwd: FP8TensorMeta = fp8_meta["scaling_bwd"]
-        self.hybrid: FP8TensorMeta | None = fp8_meta.get("scaling_hybrid")
+        self.fwd: _FP8TensorMeta = fp8_meta["scaling_fwd"]
+        self.bwd: _FP8TensorMeta = fp8_meta["scaling_bwd"]
+        self.hybrid: _FP8TensorMeta | None = fp8_meta.get("scaling_hybrid")
         self.update_now = True
         self.bwd_measured = False
 
@@ -110,36 +136,37 @@ class _Fp8Linear(torch.autograd.Function):
         inp: torch.Tensor,
         weight: torch.Tensor,
         state: _ScalingState,
-        measure: bool,
+        record_forward: bool,
+        measure_backward: bool,
         activation_dtype: torch.dtype,
     ) -> torch.Tensor:
         recipe = state.recipe
         fwd_dtype = _fp8.get_fp8_te_dtype(recipe, fprop_tensor=True)
         fwd_max = recipe.fp8_format.value.max_fwd
-        if measure:
+        if record_forward:
             _record(state.fwd, _INPUT, inp)
             _record(state.fwd, _WEIGHT, weight)
             if state.hybrid is not None:
                 _record(state.hybrid, _INPUT, inp)
                 _record(state.hybrid, _WEIGHT, weight)
-        x8 = quantize(inp, state.fwd.scale[_INPUT], fwd_max, fwd_dtype)
-        w8 = quantize(weight, state.fwd.scale[_WEIGHT], fwd_max, fwd_dtype)
-        out = dequantize(x8, state.fwd.scale_inv[_INPUT]) @ dequantize(w8, state.fwd.scale_inv[_WEIGHT]).t()
+        x8 = _quantize(inp, state.fwd.scale[_INPUT], fwd_max, fwd_dtype)
+        w8 = _quantize(weight, state.fwd.scale[_WEIGHT], fwd_max, fwd_dtype)
+        out = _dequantize(x8, state.fwd.scale_inv[_INPUT]) @ _dequantize(w8, state.fwd.scale_inv[_WEIGHT]).t()
         # The backward products read fp8 operands: the forward casts, or E5M2 casts for HYBRID.
         if state.hybrid is not None:
             bwd_max = recipe.fp8_format.value.max_bwd
-            x_bwd = dequantize(
-                quantize(inp, state.hybrid.scale[_INPUT], bwd_max, torch.float8_e5m2), state.hybrid.scale_inv[_INPUT]
+            x_bwd = _dequantize(
+                _quantize(inp, state.hybrid.scale[_INPUT], bwd_max, torch.float8_e5m2), state.hybrid.scale_inv[_INPUT]
             )
-            w_bwd = dequantize(
-                quantize(weight, state.hybrid.scale[_WEIGHT], bwd_max, torch.float8_e5m2),
+            w_bwd = _dequantize(
+                _quantize(weight, state.hybrid.scale[_WEIGHT], bwd_max, torch.float8_e5m2),
                 state.hybrid.scale_inv[_WEIGHT],
             )
         else:
-            x_bwd = dequantize(x8, state.fwd.scale_inv[_INPUT])
-            w_bwd = dequantize(w8, state.fwd.scale_inv[_WEIGHT])
+            x_bwd = _dequantize(x8, state.fwd.scale_inv[_INPUT])
+            w_bwd = _dequantize(w8, state.fwd.scale_inv[_WEIGHT])
         ctx.save_for_backward(x_bwd, w_bwd)
-        ctx.state, ctx.measure = state, measure
+        ctx.state, ctx.measure = state, measure_backward
         ctx.input_dtype, ctx.weight_dtype = inp.dtype, weight.dtype
         return out.to(activation_dtype)
 
@@ -152,18 +179,18 @@ class _Fp8Linear(torch.autograd.Function):
             _prepare_backward(state)
             _record(state.bwd, _GRAD_OUTPUT, grad_output)
         bwd_dtype = _fp8.get_fp8_te_dtype(recipe, fprop_tensor=False)
-        g8 = quantize(
+        g8 = _quantize(
             grad_output,
             state.bwd.scale[_GRAD_OUTPUT],
             recipe.fp8_format.value.max_bwd,
             bwd_dtype,
             stochastic=_fp8.get_fp8_te_sr(recipe, fprop_tensor=False),
         )
-        grad = dequantize(g8, state.bwd.scale_inv[_GRAD_OUTPUT])
+        grad = _dequantize(g8, state.bwd.scale_inv[_GRAD_OUTPUT])
         grad_2d = grad.reshape(-1, grad.shape[-1])
         dgrad = (grad @ w_bwd).to(ctx.input_dtype)
         wgrad = (grad_2d.t() @ x_bwd.reshape(-1, x_bwd.shape[-1])).to(ctx.weight_dtype)
-        return dgrad, wgrad, None, None, None
+        return dgrad, wgrad, None, None, None, None
 
 
 def _prepare_backward(state: _ScalingState) -> None:
@@ -258,12 +285,17 @@ class Linear(nn.Module):
         self._scaling: _ScalingState | None = None
         self.run_cnt = 0
         self._fwd_measured = False
+        self._recompute_in_fp8 = False
+
+    def get_fp8_weights_scratchpad(self, is_first_microbatch: bool | None) -> list[torch.Tensor | None]:
+        """The fp8 copies of the weight kept across micro-batches: none (the emulator casts it in every step)."""
+        return [None, None]
 
     def extra_repr(self) -> str:
         """The sizes and whether there is a bias, as ``torch.nn.Linear`` shows them."""
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.use_bias}"
 
-    def _state(self, recipe: DelayedScaling, device: torch.device) -> _ScalingState:
+    def _state(self, recipe: _DelayedScaling, device: torch.device) -> _ScalingState:
         state = self._scaling
         if state is None or (state.recipe is not recipe and state.recipe != recipe):
             state = _ScalingState(self.fp8_meta, recipe, device)
@@ -271,7 +303,17 @@ class Linear(nn.Module):
             self._fwd_measured = False
         return state
 
-    def _measures(self, recipe: DelayedScaling) -> bool:
+    def _recompute_phase(self) -> bool:
+        """Whether this forward is the recompute of an activation checkpoint (the SDK's ``prepare_forward``)."""
+        if not _is_fp8_activation_recompute_enabled():
+            self.fp8_meta["in_activation_recompute_phase"] = False
+        elif not torch.is_grad_enabled():
+            self.fp8_meta["in_activation_recompute_phase"] = False  # the first run, gradients off
+        elif self.fp8_meta.get("in_activation_recompute_phase") is False:
+            self.fp8_meta["in_activation_recompute_phase"] = True  # gradients on after off: the recompute
+        return bool(self.fp8_meta.get("in_activation_recompute_phase", False))
+
+    def _measures(self, recipe: _DelayedScaling) -> bool:
         manual = FP8GlobalStateManager.get_manual_measurement_mode()
         if manual is not None:
             return bool(manual)
@@ -297,12 +339,20 @@ class Linear(nn.Module):
         weight = self.weight if weight is None else weight
         bias = self.bias if bias is None else bias
         assert weight is not None, "Weight tensor must be provided when skip_weight_param_allocation=True"
-        if not FP8GlobalStateManager.is_fp8_enabled():
+        recompute = self.training and self._recompute_phase()
+        # The recompute of an activation checkpoint runs in the backward pass, outside fp8_autocast: like the SDK
+        # (whose prepare_forward skips fp8_init then), it computes as the first run did, with its scales.
+        if not (self._recompute_in_fp8 if recompute else FP8GlobalStateManager.is_fp8_enabled()):
             return nn.functional.linear(inp, weight, bias)
-        recipe = FP8GlobalStateManager.get_fp8_recipe() or _fp8.get_default_fp8_recipe()
+        recipe = self._scaling.recipe if recompute and self._scaling is not None else None
+        recipe = recipe or FP8GlobalStateManager.get_fp8_recipe() or _fp8.get_default_fp8_recipe()
         state = self._state(recipe, weight.device)
-        measure = False
-        if self.training:
+        record_forward = measure_backward = False
+        if recompute:
+            # The scales of the first run, nothing recorded anew.
+            FP8GlobalStateManager.get_old_fp8_meta_tensors_for_recompute(self.fp8_meta)
+            measure_backward = self._fwd_measured
+        elif self.training:
             self.run_cnt += 1
             interval = recipe.interval
             state.update_now = interval == 1 or self.run_cnt % interval == 0
@@ -310,12 +360,23 @@ class Linear(nn.Module):
                 _update(state.meta, True, state.update_now)
             measure = self._measures(recipe)
             self._fwd_measured = measure
+            checkpointed = _is_fp8_activation_recompute_enabled()
+            # Under checkpointing the first run has gradients off and still measures (the SDK's rule).
+            record_forward = measure and (torch.is_grad_enabled() or checkpointed)
+            measure_backward = measure and torch.is_grad_enabled()
+            if checkpointed:
+                FP8GlobalStateManager.copy_forward_fp8_meta_tensors_for_recompute(self.fp8_meta)
+                self._recompute_in_fp8 = True
         if torch.is_autocast_enabled(inp.device.type):
             activation_dtype = torch.get_autocast_dtype(inp.device.type)
         else:
             activation_dtype = inp.dtype
-        with torch.autocast(inp.device.type, enabled=False):
-            out = _Fp8Linear.apply(inp, weight, state, measure and torch.is_grad_enabled(), activation_dtype)
+        try:
+            with torch.autocast(inp.device.type, enabled=False):
+                out = _Fp8Linear.apply(inp, weight, state, record_forward, measure_backward, activation_dtype)
+        finally:
+            if recompute:
+                FP8GlobalStateManager.restore_fp8_meta_tensors(self.fp8_meta)
         if bias is not None:
             out = out + bias.to(out.dtype)
         return out
@@ -352,7 +413,7 @@ class Linear(nn.Module):
         if not saved:
             return
         fields = dict(saved["recipe"])
-        recipe = DelayedScaling(**{**fields, "fp8_format": Format[fields["fp8_format"]]})
+        recipe = _DelayedScaling(**{**fields, "fp8_format": _Format[fields["fp8_format"]]})
         state = _ScalingState(self.fp8_meta, recipe, self._device)
         for key in ("fwd", "bwd", "hybrid"):
             meta = getattr(state, key)
