@@ -25,6 +25,7 @@ package re-exports ``intel_transformer_engine``):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -114,12 +115,14 @@ def fp8_autocast(recipe: Any) -> Any:
 
 
 def te_layer_classes() -> tuple[type[torch.nn.Module], ...]:
-    """The Transformer Engine's layer classes: the ``torch.nn.Module`` classes its package and ``module`` export."""
+    """The Transformer Engine's layers: ``torch.nn.Module`` classes of the package, ``module``, ``module.base``."""
     te = sdk.transformer_engine_module()
     namespaces = [vars(te)]
+    # The layers' package and the module of their common base (TransformerEngineBaseModule), where they exist.
     submodule = getattr(te, "module", None)
-    if submodule is not None and not isinstance(submodule, type):
-        namespaces.append(vars(submodule))
+    for namespace in (submodule, getattr(submodule, "base", None)):
+        if isinstance(namespace, ModuleType):
+            namespaces.append(vars(namespace))
     found = {
         value
         for namespace in namespaces

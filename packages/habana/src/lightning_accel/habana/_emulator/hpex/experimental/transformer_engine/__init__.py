@@ -7,7 +7,8 @@ separate ``intel_transformer_engine``, ``transformer_engine/__init__.py:27-35``)
 ``fp8_autocast``; ``fp8`` has ``check_fp8_support()`` and ``FP8GlobalStateManager.is_fp8_available()`` (and no
 module-level ``is_fp8_available``), ``recipe``, ``constants``, ``utils``, ``cpp_extensions`` (on the SDK's fp8
 operators; ``fp8_gelu`` refuses), ``distributed`` (tensor-parallel helpers, fp8-aware ``checkpoint``) and
-``numerics_debug`` their names. ``FusedAttention`` and ``module.base``/``module.attention`` are not emulated.
+``numerics_debug`` their names, and ``module.base`` the layers' base class. ``FusedAttention`` and
+``module.attention`` (the SDK's fused fp8 attention kernel) are not emulated.
 
 Example:
     >>> import torch
