@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import json
 import math
 import subprocess
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -312,6 +314,30 @@ def test_checkpointed_layers_recompute_with_the_same_fp8_scales_as_a_plain_run(
                     )
                 assert ours.run_cnt == theirs.run_cnt == 2 * (step + 1)  # a recompute is not a run of its own
     assert bool((plain[0].fp8_meta["scaling_fwd"].scale != 1).all())  # the scales did move over the steps
+
+
+def test_pt_te_dump_tensors_saves_each_layers_operands_as_the_sdk_names_them(
+    te: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    linear = importlib.import_module(f"{te.__name__}.module.linear")
+    # The SDK reads PT_TE_DUMP_TENSORS_PATH when the module loads; the flag at every forward.
+    monkeypatch.setattr(linear, "DUMP_TENSORS_PATH", str(tmp_path))
+    monkeypatch.setenv("PT_TE_DUMP_TENSORS", "1")
+    layer = te.Linear(8, 4)
+    x = torch.randn(2, 8, device="hpu")
+    with te.fp8_autocast(enabled=True):
+        layer(x).sum().backward()
+    name = layer.name
+    assert name.endswith("_Linear")
+    dumped = {p.name for p in tmp_path.iterdir()}
+    assert dumped == {
+        f"{name}_inp_1_recompute_False.pt",
+        f"{name}_weight_1_recompute_False.pt",
+        f"{name}_inputmap_fp8_1.pt",
+        f"{name}_weight_bwd_1.pt",
+        f"{name}_grad_output_1.pt",
+    }
+    torch.testing.assert_close(torch.load(tmp_path / f"{name}_inp_1_recompute_False.pt"), x.cpu())
 
 
 def test_a_model_holding_any_transformer_engine_layer_is_left_as_it_is(

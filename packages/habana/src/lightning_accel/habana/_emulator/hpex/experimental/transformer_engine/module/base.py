@@ -247,6 +247,7 @@ class TransformerEngineBaseModule(torch.nn.Module, ABC):
                     FP8GlobalStateManager.copy_forward_fp8_meta_tensors_for_recompute(self.fp8_meta)
                     self._recompute_in_fp8 = True
         self.fp8_meta["run_cnt"] = self.run_cnt
+        self.fp8_meta["name"] = self.name
         try:
             yield inp.contiguous(), bool(self.fp8_meta.get("is_scale_update_required", False))
         finally:

@@ -20,12 +20,14 @@ Sources (gaudi-pytorch-bridge 1.18.0, ``hpex/experimental/transformer_engine/mod
 
 Not reproduced: Gaudi's fp8 matrix kernels (the emulator multiplies the exactly dequantized values in float32 on the
 backing device, so products agree with an exact fp8 product up to float32 accumulation), fp8 weight caching across
-micro-batches (``is_first_microbatch``), tensor and sequence parallelism, and the SDK's tensor dumps
-(``PT_TE_DUMP_TENSORS``).
+micro-batches (``is_first_microbatch``) and tensor and sequence parallelism. ``PT_TE_DUMP_TENSORS=1`` saves the
+operands as the SDK does (``<name>_inp_<run>_recompute_<phase>.pt``, ``..._weight_...``, and in the backward
+``..._inputmap_fp8_...``, ``..._weight_bwd_...``, ``..._grad_output_...``).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +64,21 @@ __all__ = ["Linear"]
 
 _INPUT, _WEIGHT = FP8FwdTensors.GEMM1_INPUT, FP8FwdTensors.GEMM1_WEIGHT
 
+# With PT_TE_DUMP_TENSORS=1 the layers save their operands (for debugging numerics) under DUMP_TENSORS_PATH, read when
+# the module loads (the SDK's linear.py:44-51, 80-86, 255-261).
+DUMP_TENSORS_FLAG = "PT_TE_DUMP_TENSORS"
+DUMP_TENSORS_PATH = os.getenv("PT_TE_DUMP_TENSORS_PATH", "te_tensors")
+
+
+def DumpTensor(tensor: torch.Tensor, path: str) -> None:
+    """``torch.save(tensor)`` as ``<DUMP_TENSORS_PATH>/<path>``, creating the folder."""
+    os.makedirs(DUMP_TENSORS_PATH, exist_ok=True)
+    torch.save(tensor, f"{DUMP_TENSORS_PATH}/{path}")
+
+
+def _dumping() -> bool:
+    return int(os.getenv(DUMP_TENSORS_FLAG, "0")) == 1
+
 
 class _Fp8Linear(torch.autograd.Function):
     @staticmethod
@@ -74,6 +91,11 @@ class _Fp8Linear(torch.autograd.Function):
         measure_backward: bool,
         activation_dtype: torch.dtype,
     ) -> torch.Tensor:
+        if _dumping():
+            phase = fp8_meta["in_activation_recompute_phase"]
+            stem = f"{fp8_meta['name']}_{{}}_{fp8_meta['run_cnt']}_recompute_{phase}.pt"
+            DumpTensor(inp, stem.format("inp"))
+            DumpTensor(weight.data, stem.format("weight"))
         recipe = fp8_meta["recipe"]
         fwd, hybrid = fp8_meta["scaling_fwd"], fp8_meta.get("scaling_hybrid")
         fwd_dtype = get_fp8_te_dtype(recipe, fprop_tensor=True)
@@ -100,12 +122,18 @@ class _Fp8Linear(torch.autograd.Function):
             w_bwd = _dequantize(w8, fwd.scale_inv[_WEIGHT])
         ctx.save_for_backward(x_bwd, w_bwd)
         ctx.fp8_meta, ctx.measure = fp8_meta, measure_backward
+        ctx.x8 = x8 if _dumping() else None
         ctx.input_dtype, ctx.weight_dtype = inp.dtype, weight.dtype
         return out.to(activation_dtype)
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
         x_bwd, w_bwd = ctx.saved_tensors
+        if ctx.x8 is not None:
+            stem = f"{ctx.fp8_meta['name']}_{{}}_{ctx.fp8_meta['run_cnt']}.pt"
+            DumpTensor(ctx.x8.to(torch.bfloat16), stem.format("inputmap_fp8"))
+            DumpTensor(w_bwd, stem.format("weight_bwd"))
+            DumpTensor(grad_output, stem.format("grad_output"))
         _, grad, _ = TransformerEngineBaseModule.grad_output_preprocess(ctx, grad_output, False, ctx.measure)
         grad_2d = grad.reshape(-1, grad.shape[-1])
         dgrad = (grad @ w_bwd).to(ctx.input_dtype)
