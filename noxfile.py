@@ -128,11 +128,11 @@ HPU_PLAN = vendor_sdk.plan_session("hpu")
 IPU_PLAN = vendor_sdk.plan_session("ipu")
 
 
-def vendor_tests(session: nox.Session, plan: vendor_sdk.SessionPlan, package: str) -> None:
+def vendor_tests(session: nox.Session, plan: vendor_sdk.SessionPlan, package: str, extras: str = "") -> None:
     session.log(plan.reason)
     constraints = session.create_tmp() + "/constraints.txt"
     Path(constraints).write_text("\n".join(plan.constraints) + "\n")
-    requirements = [plan.lightning or LIGHTNING, *TEST_TOOLS, "-e", PACKAGES["core"], "-e", PACKAGES[package]]
+    requirements = [plan.lightning or LIGHTNING, *TEST_TOOLS, "-e", PACKAGES["core"], "-e", PACKAGES[package] + extras]
     for command in plan.install_commands(*requirements):
         session.install(*(arg.format(constraints=constraints) for arg in command))
     workers = () if plan.hardware else WORKERS
@@ -150,7 +150,7 @@ def hpu_tests(session: nox.Session) -> None:
         prefix = str(Path(session.create_tmp()) / "mpi")
         session.install("--prefix", prefix, *MPI_TOOLS)
         session.env["LIGHTNING_ACCEL_TEST_MPI_PREFIX"] = prefix
-    vendor_tests(session, HPU_PLAN, "habana")
+    vendor_tests(session, HPU_PLAN, "habana", extras="[fp8-inference]")  # INC, for the fp8 inference tests
 
 
 @nox.session(python=IPU_PLAN.python, venv_params=list(IPU_PLAN.venv_params))

@@ -96,7 +96,7 @@ class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
 
         Raises:
             ConfigurationError: When the precision is not ``"fp8"``, for ``inference=True`` (fp8 inference through
-                Intel Neural Compressor is not driven by this package), or a bad ``recipe``.
+                Intel Neural Compressor runs on one HPU, with ``HPUPrecisionPlugin``), or a bad ``recipe``.
         """
         self.recipe = _fp8.convert_modules(
             str(self.precision), module, inference, replace_layers, recipe, quant, fp8_data_path

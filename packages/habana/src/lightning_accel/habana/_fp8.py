@@ -1,15 +1,31 @@
 """fp8 training with the SDK's Transformer Engine, shared by the Trainer, Fabric and DeepSpeed precision plugins.
 
 What the plugins do with ``precision="fp8"`` (the archived lightning-habana 1.6.0's ``plugins/precision.py``, kept
-where it was right): the plugin is refused where the SDK says fp8 is unavailable, with the SDK's reason;
+where it was right): the plugin is refused where the HPU generation has no fp8, with the SDK's reason;
 ``convert_modules(module, replace_layers=True)`` swaps every ``torch.nn.Linear`` for the SDK's
 ``transformer_engine.Linear`` (copying the weights, which lightning-habana did not), unless the module already holds
 Transformer Engine layers; the steps run inside ``fp8_autocast(enabled=True, fp8_recipe=recipe)``.
+
+Only names the SDK has are used (gaudi-pytorch-bridge 1.18.0, ``hpex/experimental/transformer_engine/``; from 1.19 the
+package re-exports ``intel_transformer_engine``):
+
+- availability: the SDK's own check (``fp8.check_fp8_support()``, cached by
+  ``fp8.FP8GlobalStateManager.is_fp8_available()``; there is no module-level ``fp8.is_fp8_available``, which
+  lightning-habana dropped in 1c4e7e3) asks ``hpu.get_device_name()``, and that acquires a device
+  (``hpu/__init__.py:121-142``) before the strategy has set ``HLS_MODULE_ID``. So the plugins ask
+  ``utils.experimental._get_device_type()``, which counts devices by generation without acquiring one
+  (``backend/synapse_helpers/device.cpp:573-590``), and apply the SDK's rule: no fp8 on first-generation Gaudi
+  (``synDeviceGaudi``), with the SDK's reason. ``fp8_autocast(enabled=True)`` asserts the SDK's own answer when the
+  steps run, on the device the strategy chose;
+- Transformer Engine layers are recognised as instances of the layer classes the package exports (``Linear``,
+  ``FusedAttention`` and any other ``torch.nn.Module`` class of it or its ``module`` submodule), not by the module
+  name of their class, which is ``intel_transformer_engine...`` from 1.19 on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -19,41 +35,54 @@ from lightning_accel.core.errors import ConfigurationError
 from . import sdk
 
 __all__ = [
-    "TE_MODULE",
+    "NO_FP8_REASON",
+    "check_inference_arguments",
     "convert_modules",
     "fp8_autocast",
     "fp8_status",
     "make_recipe",
     "replace_linear_layers",
     "require_fp8",
+    "te_layer_classes",
 ]
 
-# The SDK's module name: how lightning-habana recognised layers already converted by the user.
-TE_MODULE = "habana_frameworks.torch.hpex.experimental.transformer_engine"
+# The SDK's reason (transformer_engine/fp8.py:30-36, check_fp8_support).
+NO_FP8_REASON = "FP8 not supported on Gaudi, Gaudi2 or higher required"
+
+
+def _first_generation() -> bool:
+    htexp = sdk.experimental_utils_module()
+    return bool(htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi)
 
 
 def fp8_status() -> tuple[bool, str]:
-    """The SDK's answer to ``transformer_engine.fp8.is_fp8_available()``: ``(available, reason)``."""
-    available, reason = sdk.transformer_engine_module().fp8.is_fp8_available()
-    return bool(available), str(reason)
+    """``(True, "")`` where the HPU generation has fp8 (Gaudi2 on), else ``(False, the SDK's reason)``.
+
+    Asked from the device type, which opens no device (see the module docstring).
+    """
+    if _first_generation():
+        return False, NO_FP8_REASON
+    return True, ""
 
 
 def require_fp8() -> None:
-    """Raise unless the SDK says fp8 is available.
+    """Raise unless the HPU generation has fp8; opens no device.
 
     Raises:
-        ConfigurationError: With the SDK's reason.
+        ConfigurationError: On a first-generation Gaudi, with the SDK's reason.
     """
     available, reason = fp8_status()
     if not available:
         raise ConfigurationError(
-            f"precision='fp8' is not available on this HPU ({sdk.hpu_module().get_device_name()}): the SDK says "
-            f"{reason!r}. Accepted on it: 'bf16-mixed', 'bf16-true' or '32-true'."
+            f"precision='fp8' is not available on this HPU (a first-generation Gaudi, synDeviceGaudi): {reason!r}. "
+            "Accepted on it: 'bf16-mixed', 'bf16-true' or '32-true'; fp8 needs a Gaudi2 or later."
         )
 
 
 def make_recipe(recipe: Any) -> Any:
-    """The SDK's ``DelayedScaling`` for ``recipe``: itself, one built from a mapping of its arguments, or the default.
+    """The SDK's ``DelayedScaling`` for ``recipe``: itself, one built from a mapping, or the default (``None``).
+
+    The class itself stands for its default, as lightning-habana 1.7 accepted it.
 
     Raises:
         ConfigurationError: For anything else, or a mapping the SDK's ``DelayedScaling`` refuses.
@@ -63,6 +92,8 @@ def make_recipe(recipe: Any) -> Any:
         return recipes.DelayedScaling()
     if isinstance(recipe, recipes.DelayedScaling):
         return recipe
+    if recipe is recipes.DelayedScaling:
+        return recipes.DelayedScaling()
     if isinstance(recipe, Mapping):
         try:
             return recipes.DelayedScaling(**recipe)
@@ -83,8 +114,28 @@ def fp8_autocast(recipe: Any) -> Any:
     return sdk.transformer_engine_module().fp8_autocast(enabled=True, fp8_recipe=recipe)
 
 
+def te_layer_classes() -> tuple[type[torch.nn.Module], ...]:
+    """The Transformer Engine's layers: ``torch.nn.Module`` classes of the package, ``module``, ``module.base``."""
+    te = sdk.transformer_engine_module()
+    namespaces = [vars(te)]
+    # The layers' package and the module of their common base (TransformerEngineBaseModule), where they exist.
+    submodule = getattr(te, "module", None)
+    for namespace in (submodule, getattr(submodule, "base", None)):
+        if isinstance(namespace, ModuleType):
+            namespaces.append(vars(namespace))
+    found = {
+        value
+        for namespace in namespaces
+        for value in namespace.values()
+        # torch's own classes, should the package re-export one, are not Transformer Engine layers.
+        if isinstance(value, type) and issubclass(value, torch.nn.Module) and value.__module__.split(".")[0] != "torch"
+    }
+    return tuple(sorted(found, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}"))
+
+
 def _has_te_layers(module: torch.nn.Module) -> bool:
-    return any(type(m).__module__.startswith(TE_MODULE) or TE_MODULE in type(m).__module__ for m in module.modules())
+    layers = te_layer_classes()
+    return any(isinstance(m, layers) for m in module.modules())
 
 
 def replace_linear_layers(module: torch.nn.Module) -> int:
@@ -96,7 +147,7 @@ def replace_linear_layers(module: torch.nn.Module) -> int:
         How many layers were replaced.
     """
     te = sdk.transformer_engine_module()
-    if _has_te_layers(module) or any(isinstance(m, te.Linear) for m in module.modules()):
+    if _has_te_layers(module):
         return 0
     replaced = 0
     for name, child in list(module.named_children()):
@@ -120,21 +171,7 @@ def replace_linear_layers(module: torch.nn.Module) -> int:
     return replaced
 
 
-def convert_modules(
-    precision: str,
-    module: torch.nn.Module,
-    inference: bool,
-    replace_layers: bool,
-    recipe: Any,
-    quant: bool,
-    fp8_data_path: str | None,
-) -> Any:
-    """The plugins' ``convert_modules``: check the arguments, swap the layers; returns the recipe for the steps.
-
-    Raises:
-        ConfigurationError: When ``precision`` is not ``"fp8"``, for ``inference=True``, a bad ``recipe``, or
-            inference-only arguments given for training.
-    """
+def _check_precision_and_module(precision: str, module: Any) -> None:
     if precision != "fp8":
         raise ConfigurationError(
             f"convert_modules() prepares a model for fp8, but this plugin's precision is "
@@ -144,19 +181,60 @@ def convert_modules(
         raise ConfigurationError(
             f"convert_modules(module={module!r}): accepted: a torch.nn.Module (your LightningModule or its model)."
         )
+
+
+def check_inference_arguments(precision: str, module: Any, replace_layers: bool, recipe: Any) -> None:
+    """Check the arguments of ``convert_modules(inference=True)`` that are not INC's.
+
+    Raises:
+        ConfigurationError: When ``precision`` is not ``"fp8"``, ``module`` is no module or has no submodules, or
+            training-only arguments (``replace_layers``, ``recipe``) are given.
+    """
+    _check_precision_and_module(precision, module)
+    if next(module.children(), None) is None:
+        # INC replaces each quantizable layer inside its parent module; a model that is one layer has no parent.
+        raise ConfigurationError(
+            f"convert_modules(module={module!r}, inference=True): Intel Neural Compressor swaps the layers inside a "
+            "model for fp8 ones and cannot swap the model itself. Accepted: a module holding the layers (your "
+            "LightningModule, or e.g. torch.nn.Sequential(layer))."
+        )
+    if replace_layers or recipe is not None:
+        raise ConfigurationError(
+            f"convert_modules(inference=True, replace_layers={replace_layers!r}, recipe={recipe!r}): these arguments "
+            "are for fp8 training (inference=False) with the Transformer Engine. Accepted for inference: quant and "
+            "fp8_data_path (Intel Neural Compressor quantizes the model's own layers)."
+        )
+
+
+def convert_modules(
+    precision: str,
+    module: torch.nn.Module,
+    inference: bool,
+    replace_layers: bool,
+    recipe: Any,
+    quant: Any,
+    fp8_data_path: Any,
+) -> Any:
+    """``convert_modules`` for fp8 training: check the arguments, swap the layers; returns the recipe for the steps.
+
+    ``fp8_data_path`` is accepted and unused, as lightning-habana 1.7 accepted it with ``inference=False``.
+
+    Raises:
+        ConfigurationError: When ``precision`` is not ``"fp8"``, for ``inference=True`` (a plugin without fp8
+            inference: the DeepSpeed plugin), a bad ``recipe``, or ``quant`` given for training.
+    """
+    _check_precision_and_module(precision, module)
     if inference:
         raise ConfigurationError(
-            "convert_modules(inference=True) is not supported: fp8 inference on Gaudi is Intel Neural Compressor's "
-            "(neural_compressor.torch.quantization: prepare, measure, convert, configured by QUANT_CONFIG), whose "
-            "fp8 modules call the SDK's fp8 kernels (torch.ops.hpu.cast_to_fp8_v2, fp8_gemm_v2, ...), and "
-            "lightning-accel-habana does not drive it. Accepted: inference=False (fp8 training with "
-            "replace_layers=True). For fp8 inference, run INC's prepare/convert on your model on a Gaudi2 or later "
-            "(Intel Gaudi docs, 'Run Inference Using FP8') and predict with precision='bf16-mixed' or '32-true'."
+            "convert_modules(inference=True) is not supported with DeepSpeed: fp8 inference through Intel Neural "
+            "Compressor runs on one HPU. Accepted: inference=False (fp8 training with replace_layers=True); for fp8 "
+            "inference use HPUPrecisionPlugin('fp8').convert_modules(model, inference=True, ...) with "
+            "Trainer(devices=1)."
         )
-    if not quant or fp8_data_path is not None:
+    if quant is not True:
         raise ConfigurationError(
-            f"convert_modules(quant={quant!r}, fp8_data_path={fp8_data_path!r}): these arguments are for fp8 "
-            "inference (inference=True) only. Accepted for training: leave them at their defaults."
+            f"convert_modules(quant={quant!r}): quant is for fp8 inference (inference=True) only. Accepted for "
+            "training: leave it at its default."
         )
     made = make_recipe(recipe)
     if replace_layers:

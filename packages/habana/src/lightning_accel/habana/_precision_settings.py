@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from torch.utils._pytree import tree_map
 
 from lightning_accel.core.errors import ConfigurationError
 
-from . import _fp8, sdk
+from . import _fp8, _fp8_inference, sdk
 from ._op_lists import read_operator_list
 
 __all__ = [
@@ -194,14 +195,26 @@ class HPUPrecisionHooks:
     replace_layers: bool = False
     fp8_train_available: bool = False
     fp8_inference_available: bool = False
+    _inference: _fp8_inference.InferenceRun
 
     def _init_fp8(self) -> None:
-        # What lightning-habana's plugin reported: fp8 training where the SDK has fp8 (checked by the settings);
-        # fp8 inference needs Intel Neural Compressor's Gaudi build, which this package does not drive.
+        # What lightning-habana 1.7's plugin reported: fp8 training where the device has fp8 (checked by the
+        # settings), fp8 inference where Intel Neural Compressor is installed too.
         self.recipe = None
         self.replace_layers = False
         self.fp8_train_available = self._settings.precision == "fp8"
-        self.fp8_inference_available = False
+        self.fp8_inference_available = self.fp8_train_available and _fp8_inference.inc_available()
+        self._inference = _fp8_inference.InferenceRun()
+
+    @property
+    def fp8_training_available(self) -> bool:
+        """lightning-habana 1.7's name of :attr:`fp8_train_available`."""
+        return self.fp8_train_available
+
+    def teardown(self) -> None:
+        """After a run (the Trainer's test or predict): write the fp8 measurements of a module being measured."""
+        self._inference.finish()
+        super().teardown()  # type: ignore[misc]
 
     def forward_context(self) -> AbstractContextManager[Any]:
         """Per-operator casting for the forward pass and the steps (bfloat16 default dtype for ``"bf16-true"``).
@@ -210,6 +223,7 @@ class HPUPrecisionHooks:
         :meth:`convert_modules`, else the SDK's ``DelayedScaling()``).
         """
         if self._settings.precision == "fp8":
+            self._inference.check_single_process()
             return _fp8.fp8_autocast(_fp8.make_recipe(self.recipe))
         return self._settings.cast_context()
 
@@ -219,29 +233,38 @@ class HPUPrecisionHooks:
         inference: bool = False,
         replace_layers: bool = False,
         recipe: Any = None,
-        quant: bool = True,
-        fp8_data_path: str | None = None,
+        quant: bool | str | os.PathLike[str] | Mapping[str, Any] = True,
+        fp8_data_path: str | os.PathLike[str] | None = None,
     ) -> torch.nn.Module:
-        """Prepare ``module`` for fp8 (lightning-habana's ``convert_modules``).
+        """Prepare ``module`` for fp8 training or inference (lightning-habana 1.7's ``convert_modules``).
 
         Args:
             module: The model.
-            inference: ``False``: fp8 training with the SDK's Transformer Engine. ``True`` (fp8 inference through
-                Intel Neural Compressor) is refused: see the error.
-            replace_layers: Swap each ``torch.nn.Linear`` for the SDK's ``transformer_engine.Linear`` (weights
-                copied). A model that already holds Transformer Engine layers is left as it is.
-            recipe: The scaling recipe for the steps: a ``transformer_engine.recipe.DelayedScaling``, a dict of its
-                arguments, or ``None`` for the SDK's default.
-            quant: fp8 inference only (quantize, or measure).
-            fp8_data_path: fp8 inference only (where measurements go).
+            inference: ``False``: fp8 training with the SDK's Transformer Engine. ``True``: fp8 inference through
+                Intel Neural Compressor (the extra ``lightning-accel-habana[fp8-inference]``): measure with
+                ``quant=False`` and ``trainer.test``/``predict`` on calibration data, then quantize with
+                ``quant=True`` and test or predict in fp8.
+            replace_layers: Training: swap each ``torch.nn.Linear`` for the SDK's ``transformer_engine.Linear``
+                (weights copied). A model that already holds Transformer Engine layers is left as it is.
+            recipe: Training: the scaling recipe for the steps (a ``transformer_engine.recipe.DelayedScaling``, a
+                dict of its arguments, or ``None`` for the SDK's default).
+            quant: Inference: ``True`` (quantize), ``False`` (measure), the path of an INC fp8 JSON config or a dict
+                of one.
+            fp8_data_path: Inference: the folder the measurements are written to and read from (under
+                ``inc_output/``); ``$HABANA_LOGS`` when ``None``.
 
         Returns:
             ``module``, converted in place.
 
         Raises:
-            ConfigurationError: When the precision is not ``"fp8"``, for ``inference=True``, a bad ``recipe``, or
-                inference-only arguments given for training.
+            ConfigurationError: When the precision is not ``"fp8"``, for a bad ``recipe`` or ``quant``, a missing
+                config file, no folder for the measurements, quantization without measurements, Intel Neural
+                Compressor missing, or arguments of one mode given for the other.
         """
+        if inference:
+            _fp8.check_inference_arguments(self._settings.precision, module, replace_layers, recipe)
+            self._inference.convert(module, quant, fp8_data_path)
+            return module
         self.recipe = _fp8.convert_modules(
             self._settings.precision, module, inference, replace_layers, recipe, quant, fp8_data_path
         )

@@ -88,7 +88,11 @@ class HPUAccelerator(Accelerator):
 
     @staticmethod
     def is_fp8_available() -> tuple[bool, str]:
-        """The SDK's ``transformer_engine.fp8.is_fp8_available()``: ``(True, "")`` from Gaudi2 on, else the reason."""
+        """``(True, "")`` where the HPU generation has fp8 (Gaudi2 on), else ``(False, reason)``; opens no device.
+
+        Asked from ``utils.experimental._get_device_type()``, which counts devices by generation without acquiring one
+        (the SDK's own ``FP8GlobalStateManager.is_fp8_available()`` asks ``get_device_name()``, which acquires one).
+        """
         from ._fp8 import fp8_status
 
         return fp8_status()

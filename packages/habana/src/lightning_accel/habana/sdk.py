@@ -56,6 +56,7 @@ __all__ = [
     "device_type",
     "disable_casts",
     "distributed_backend",
+    "experimental_utils_module",
     "hccl_module",
     "hpu_module",
     "ht_module",
@@ -135,6 +136,15 @@ def hpu_module() -> ModuleType:
 def hccl_module() -> ModuleType:
     """``habana_frameworks.torch.distributed.hccl``; importing it registers the ``"hccl"`` backend."""
     return _module("distributed.hccl")
+
+
+def experimental_utils_module() -> ModuleType:
+    """``habana_frameworks.torch.utils.experimental``: ``_get_device_type()`` and ``synDeviceType``.
+
+    ``_get_device_type()`` counts the devices of each generation without acquiring one (bridge 1.19.0,
+    ``backend/synapse_helpers/device.cpp:573-590``), so it may be asked before the strategy sets ``HLS_MODULE_ID``.
+    """
+    return _module("utils.experimental")
 
 
 def transformer_engine_module() -> ModuleType:

@@ -29,7 +29,7 @@ Loading it makes ``"hpu"`` a torch device (``device``): tensors made with ``devi
 and their data lives on the backing device chosen by ``LIGHTNING_ACCEL_EMULATE_BACKEND`` (``cpu`` or ``cuda``).
 """
 
-from . import _generation, autocast, core, custom_ops, device, dynamo, hpex, hpu, utils
+from . import _fp8_ops, _generation, autocast, core, custom_ops, device, dynamo, hpex, hpu, utils  # noqa: F401
 
 # The generation is read once, as the SDK learns it from the card when it loads; a bad value fails the load.
 _generation.load_generation()

@@ -1,10 +1,14 @@
 """Emulation of ``habana_frameworks.torch.hpex.experimental.transformer_engine``: fp8 training on Gaudi2 and later.
 
 ``Linear`` computes its matrix products on fp8 operands inside ``fp8_autocast(enabled=True, fp8_recipe=...)``, with
-delayed scaling (``recipe.DelayedScaling``); ``fp8.is_fp8_available()`` says whether the emulated generation has fp8
-(``LIGHTNING_ACCEL_EMULATE_HPU_TYPE``). The exports are the SDK's (gaudi-pytorch-bridge 1.18.0,
-``transformer_engine/__init__.py``: ``fp8_autocast``, ``Linear``, with the ``fp8`` and ``recipe`` submodules);
-``FusedAttention`` and ``distributed.checkpoint`` are not emulated.
+delayed scaling (``recipe.DelayedScaling``). The public surface is the SDK's, module by module (gaudi-pytorch-bridge
+1.18.0 ``f90046f``, the newest release whose Transformer Engine source is public; from 1.19 the package re-exports the
+separate ``intel_transformer_engine``, ``transformer_engine/__init__.py:27-35``): this package exports ``Linear`` and
+``fp8_autocast``; ``fp8`` has ``check_fp8_support()`` and ``FP8GlobalStateManager.is_fp8_available()`` (and no
+module-level ``is_fp8_available``), ``recipe``, ``constants``, ``utils``, ``cpp_extensions`` (on the SDK's fp8
+operators; ``fp8_gelu`` refuses), ``distributed`` (tensor-parallel helpers, fp8-aware ``checkpoint``) and
+``numerics_debug`` their names, and ``module.base`` the layers' base class. ``FusedAttention`` and
+``module.attention`` (the SDK's fused fp8 attention kernel) are not emulated.
 
 Example:
     >>> import torch
@@ -17,8 +21,16 @@ Example:
 
 from __future__ import annotations
 
-from . import fp8, recipe
+# The submodules are attributes of the package, as importing them makes them on the SDK.
+from . import constants as constants
+from . import cpp_extensions as cpp_extensions
+from . import distributed as distributed
+from . import fp8 as fp8
+from . import module as module
+from . import recipe as recipe
+from . import utils as utils
+from .distributed import checkpoint
 from .fp8 import fp8_autocast
 from .module import Linear
 
-__all__ = ["Linear", "fp8", "fp8_autocast", "recipe"]
+__all__ = ["Linear", "checkpoint", "fp8_autocast"]

@@ -1,0 +1,7 @@
+"""Emulation of ``transformer_engine.module``: the Transformer Engine layers (gaudi-pytorch-bridge 1.18.0)."""
+
+from __future__ import annotations
+
+from .linear import Linear
+
+__all__ = ["Linear"]
