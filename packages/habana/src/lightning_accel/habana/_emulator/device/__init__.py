@@ -55,9 +55,10 @@ from an ``"hpu"`` tensor (``x.new_ones``, ``torch.zeros_like``) or outside the c
 the tensors are ordinary ``TensorImpl`` s with storage in device memory allocated by the Synapse runtime, kernels run
 on the card (eagerly, or accumulated into graphs in lazy mode), streams and events exist, and the SDK keeps its own
 generator. Here the wrapper has no storage of its own: ``untyped_storage()`` and ``data_ptr()`` of an ``"hpu"``
-tensor answer with its backing memory (outside ``torch.compile``); in-place operations that change a tensor's shape
-or strides (``resize_`` to another shape, ``squeeze_``, ``t_``, an ``out=`` tensor of the wrong shape) are refused
-with an explanation; a host parameter cannot take an ``"hpu"`` tensor through ``param.data = hpu_tensor`` (torch
+tensor answer with its backing memory (outside ``torch.compile``); in-place operations that change a tensor's shape,
+strides or storage (``squeeze_``, ``t_``, ``resize_``, ``set_``, a resized ``out=`` tensor) give the wrapper new
+metadata through torch's ``.data`` setter; sparse layouts are refused, as Gaudi has no sparse kernels; a host
+parameter cannot take an ``"hpu"`` tensor through ``param.data = hpu_tensor`` (torch
 allows ``.data`` swaps between its built-in dense devices only; move the module first); moving a module from
 ``"hpu"`` to the host gives it new parameter objects (on Gaudi ``Module._apply`` keeps them); page-locked host memory
 is ordinary host memory (see ``_pinned``); ``torch.save`` tags ``"hpu"`` storages as a Gaudi does, but
