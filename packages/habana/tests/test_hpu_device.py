@@ -390,14 +390,14 @@ def test_manual_seed_makes_hpu_random_numbers_reproducible() -> None:
 
 
 @isolated
-def test_save_and_load_through_the_host() -> None:
+def test_save_and_load_tag_the_storages_hpu() -> None:
     tensor = torch.randn(3, 4, device="hpu")
     buffer = io.BytesIO()
     torch.save({"t": tensor, "n": 3}, buffer)
     buffer.seek(0)
-    # The storage is tagged "hpu", as a Gaudi writes it; the emulator restores it to the host (no device storages).
+    # The storage is tagged "hpu", as a Gaudi writes it, and restored to "hpu" without map_location, as on Gaudi.
     loaded = torch.load(buffer)
-    assert loaded["t"].device == torch.device("cpu") and torch.equal(loaded["t"], tensor.cpu())
+    assert loaded["t"].device == torch.device("hpu", 0) and torch.equal(loaded["t"].cpu(), tensor.cpu())
     buffer.seek(0)
     on_host = torch.load(buffer, map_location="cpu")
     assert on_host["t"].device == torch.device("cpu") and torch.equal(on_host["t"], tensor.cpu())
@@ -423,9 +423,11 @@ def test_state_dict_round_trip(tmp_path: Path) -> None:
     target.load_state_dict(host_state)
     for key, value in target.state_dict().items():
         assert value.device.type == "hpu" and torch.equal(value.cpu(), host_state[key]), key
-    # Without map_location the emulator restores to the host (a Gaudi restores to "hpu"), weights_only included.
+    # Without map_location the storages go back to "hpu", as on Gaudi, weights_only included.
     restored = torch.load(path, weights_only=True)
-    assert all(value.device.type == "cpu" for value in restored.values())
+    assert all(value.device.type == "hpu" for value in restored.values())
+    for key, value in reference.state_dict().items():
+        assert torch.equal(restored[key].cpu(), value), key
 
 
 # --- memory accounting -----------------------------------------------------------------------------------------------

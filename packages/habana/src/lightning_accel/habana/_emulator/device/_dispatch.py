@@ -38,6 +38,7 @@ import torch
 
 from ._accounting import allocations, track, track_resized
 from ._devices import DEVICE_TYPE, backing_of, hpu_device, index_of
+from ._serialization import backing_storage
 from ._tensor import HPUTensor, _copy_bits, layout_refusal, wrap
 
 __all__ = ["CROSS_DEVICE", "METADATA_MUTATING", "UNTRACEABLE_FACTORY", "run"]
@@ -413,6 +414,10 @@ def _metadata_plan(cross_device: bool) -> Plan:
         elem = target._elem
         alias = elem.as_strided(elem.size(), elem.stride(), elem.storage_offset())
         new_args[0] = alias
+        if len(new_args) > 1 and isinstance(new_args[1], torch.UntypedStorage):
+            # x.set_(storage, ...): a storage of "hpu" (torch.load's rebuild of a tensor restored to "hpu") stands for
+            # its backing storage.
+            new_args[1] = backing_storage(new_args[1]) or new_args[1]
         func._op(*new_args, **new_kwargs)
         _adopt(target, alias)
         return target

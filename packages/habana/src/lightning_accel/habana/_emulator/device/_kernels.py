@@ -26,6 +26,7 @@ import torch
 
 from ._accounting import track
 from ._devices import DEVICE_TYPE, backing_of, hpu_device, index_of
+from ._serialization import backing_storage
 from ._tensor import HPUTensor, unwrap, wrap
 
 __all__ = ["FACTORIES", "register_kernels"]
@@ -87,6 +88,14 @@ def _efficient_zero_tensor(size: Any, **kwargs: Any) -> torch.Tensor:
 
 
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if type(dst) is not HPUTensor and dst.device.type == DEVICE_TYPE:
+        # A plain tensor over a storage restored to "hpu" (pickle's storage format fills it after restoring it):
+        # write to the backing storage it stands for.
+        host = backing_storage(dst.untyped_storage())
+        if host is not None:
+            view = torch.empty(0, dtype=dst.dtype, device=host.device)
+            view.set_(host, dst.storage_offset(), dst.size(), dst.stride()).copy_(unwrap(src), non_blocking)
+            return dst
     if type(dst) is not HPUTensor and type(src) is not HPUTensor:
         raise RuntimeError(
             f"_copy_from reached the emulated HPU with neither tensor on it: {src.device}, {dst.device}."

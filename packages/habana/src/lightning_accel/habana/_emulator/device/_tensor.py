@@ -19,6 +19,7 @@ device type of c10, not PrivateUse1) with a storage in device memory allocated b
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 import types
@@ -169,6 +170,10 @@ class HPUTensor(torch.Tensor):
         """The address of the first element in the backing memory (the wrapper has none of its own)."""
         return self._elem.data_ptr()
 
+    def register_hook(self, hook: Any) -> Any:
+        """As ``torch.Tensor.register_hook``; an exception the hook raises in a backward pass is reported, not fatal."""
+        return super().register_hook(_guarded_hook(hook))
+
     def tolist(self) -> Any:
         """The data as nested Python lists, read through the host as on a real device."""
         # torch's C++ tolist refuses tensor subclasses; the backing tensor has the same shape and data.
@@ -196,6 +201,28 @@ class _BackwardError:
         return self.text
 
     __repr__ = __str__
+
+
+def _guarded_hook(hook: Any) -> Any:
+    """``hook``, made to fail in C++ rather than raise in a backward pass (see :class:`_BackwardError`).
+
+    torch calls tensor hooks from C++ and leaves their exception pending, which the PrivateUse1 stream guard turns
+    into an abort. Instead, the guarded hook returns a gradient of another dtype, which torch refuses in C++ with
+    "hook '<name>' has changed the type of value": the hook's name then says what the hook raised.
+    """
+
+    @functools.wraps(hook)
+    def guarded(grad: torch.Tensor) -> Any:
+        try:
+            return hook(grad)
+        except Exception as exc:
+            if _current_graph_task_id() == -1:
+                raise
+            guarded.__name__ = f"{getattr(hook, '__name__', hook)}' raised {type(exc).__name__}: {exc} ('"
+            other = torch.int8 if grad.dtype is torch.uint8 else torch.uint8
+            return grad.new_empty((0,), dtype=other)
+
+    return guarded
 
 
 class _Flatten:
