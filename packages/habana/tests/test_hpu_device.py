@@ -298,6 +298,17 @@ def test_in_place_metadata_changes_behave_as_on_the_cpu() -> None:
 
 
 @isolated
+def test_tensor_split_takes_host_indices_as_on_every_device() -> None:
+    x = torch.arange(12.0).reshape(6, 2)
+    parts = torch.tensor_split(x.to("hpu"), torch.tensor([1, 4]))  # indices on the host, as torch requires
+    assert [p.device.type for p in parts] == ["hpu"] * 3
+    assert [p.cpu().tolist() for p in parts] == [p.tolist() for p in torch.tensor_split(x, torch.tensor([1, 4]))]
+    # torch's own check (aten's composite, the same on CUDA and on Gaudi): the index tensor must be on the host.
+    with pytest.raises(RuntimeError, match="tensor_split expected tensor_indices_or_sections to be on cpu"):
+        torch.tensor_split(x.to("hpu"), torch.tensor([1, 4], device="hpu"))
+
+
+@isolated
 def test_sparse_layouts_are_refused_as_on_gaudi() -> None:
     dense = torch.eye(3, device="hpu")
     with pytest.raises(NotImplementedError, match=r"layout torch\.sparse_coo .*strided \(dense\) tensors only"):

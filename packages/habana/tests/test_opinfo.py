@@ -86,7 +86,10 @@ def _describe(results: list[CaseResult]) -> str:
     return "\n".join(f"  {r.key}: {r.detail}" for r in results)
 
 
-@pytest.mark.parametrize(("name", "dtype"), _items(), ids=[f"{n}-{d}" for n, d in _items()])
+_ITEMS = _items()
+
+
+@pytest.mark.parametrize(("name", "dtype"), _ITEMS, ids=[f"{n}-{d}" for n, d in _ITEMS])
 def test_operator(name: str, dtype: str, record_property: Any) -> None:
     """Every case of one OpInfo in one dtype conforms, apart from the known failures."""
     known = _known().get((name, dtype), {})

@@ -311,9 +311,7 @@ def _functional_plan(func: Any, cross_device: bool) -> Plan:
                 device=device,
                 requires_grad=False,
             )
-            result._elem = out
-            if out.is_conj() or out.is_neg():
-                _copy_bits(out, result)
+            result._elem = out  # a new result is never a lazy conjugate or negative view: no bits to copy
             return result
         return _wrap_new(out, device)
 
