@@ -4,15 +4,16 @@ torch ships ``torch.testing._internal.common_methods_invocations.op_db``: one ``
 inputs, the dtypes it supports per device, and whether it supports autograd. A *case* is one sample input of one
 OpInfo in one dtype, in one direction:
 
-- ``forward``: the operator on the CPU sample and on an ``"hpu"`` copy of it (same values, sizes, strides and
-  storage offset; the same random seed before each run). The results are equal within the dtype's tolerances (or
-  the OpInfo's own tolerance override), tensors of the ``"hpu"`` run are on ``"hpu"``; or both runs raise an
-  exception of the same type. Operators whose results are uninitialised memory (:data:`UNCOMPARABLE`) are compared
-  by shape, dtype and device only.
+- ``forward``: the operator on a copy of the sample generated for ``"hpu"`` and on a host copy of it (same values,
+  sizes, strides and storage offset; tensors the OpInfo put on the host stay there; the same random seed before
+  each run). The results are equal within the dtype's tolerances (or the OpInfo's own tolerance override), and the
+  ``"hpu"`` run's tensors are on ``"hpu"`` (or where a ``device=`` argument says); or both runs raise an exception of
+  the same type. Operators whose results are uninitialised memory (:data:`UNCOMPARABLE`) are compared by shape,
+  dtype and device only.
 - ``backward``: for an OpInfo that supports autograd in that dtype, the gradients of every floating input that
   requires grad, for the same seeded random output gradients, are equal (``None`` where the CPU's is ``None``).
 
-Cases are numbered by the position of their sample in ``op.sample_inputs("cpu", dtype, requires_grad=...)``
+Cases are numbered by the position of their sample in ``op.sample_inputs("hpu", dtype, requires_grad=...)``
 (generated under a fixed seed, so the numbering is stable for a given torch version). The outcome of each case is a
 :class:`CaseResult`; the test module turns them into passes, failures and the strict expected failures of the
 known-failure table (``data/opinfo_known_failures.json``).
