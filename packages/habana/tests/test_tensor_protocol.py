@@ -185,16 +185,21 @@ def test_tensor_and_module_hooks() -> None:
 
 
 def test_a_tensor_hook_that_raises_in_backward_raises_where_backward_was_called() -> None:
+    def hook(grad: torch.Tensor) -> None:
+        raise ValueError("the hook's own error")
+
+    def accumulated(param: torch.Tensor) -> None:
+        raise KeyError("the post-accumulate hook's own error")
+
     for device in DEVICES:
         x = torch.randn(3).to(device).requires_grad_()
         y = x * 2
-
-        def hook(grad: torch.Tensor) -> None:
-            raise ValueError("the hook's own error")
-
         y.register_hook(hook)
-        with pytest.raises((ValueError, RuntimeError), match="the hook's own error"):
+        with pytest.raises(ValueError, match="the hook's own error"):
             y.sum().backward()
+        x.register_post_accumulate_grad_hook(accumulated)
+        with pytest.raises(KeyError, match="the post-accumulate hook's own error"):
+            (x * 3).sum().backward()
 
 
 # --- autograd tools ------------------------------------------------------------------------------------------------

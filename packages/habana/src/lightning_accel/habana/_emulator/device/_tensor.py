@@ -174,6 +174,10 @@ class HPUTensor(torch.Tensor):
         """As ``torch.Tensor.register_hook``; an exception the hook raises in a backward pass is reported, not fatal."""
         return super().register_hook(_guarded_hook(hook))
 
+    def register_post_accumulate_grad_hook(self, hook: Any) -> Any:
+        """As ``torch.Tensor.register_post_accumulate_grad_hook``, with the hook guarded as in :meth:`register_hook`."""
+        return super().register_post_accumulate_grad_hook(_guarded_hook(hook))
+
     def tolist(self) -> Any:
         """The data as nested Python lists, read through the host as on a real device."""
         # torch's C++ tolist refuses tensor subclasses; the backing tensor has the same shape and data.
@@ -204,25 +208,32 @@ class _BackwardError:
 
 
 def _guarded_hook(hook: Any) -> Any:
-    """``hook``, made to fail in C++ rather than raise in a backward pass (see :class:`_BackwardError`).
+    """``hook``, made to report an exception it raises in a backward pass at the end of that pass instead.
 
     torch calls tensor hooks from C++ and leaves their exception pending, which the PrivateUse1 stream guard turns
-    into an abort. Instead, the guarded hook returns a gradient of another dtype, which torch refuses in C++ with
-    "hook '<name>' has changed the type of value": the hook's name then says what the hook raised.
+    into an abort (see :class:`_BackwardError`). Instead, the guarded hook returns ``None`` (the gradient stays as it
+    was) and queues a callback on the autograd engine that raises the hook's exception when the pass ends: torch
+    keeps a callback's exception safely and raises it, type and message unchanged, where the backward was called.
     """
 
     @functools.wraps(hook)
-    def guarded(grad: torch.Tensor) -> Any:
+    def guarded(*args: Any) -> Any:
         try:
-            return hook(grad)
+            return hook(*args)
         except Exception as exc:
             if _current_graph_task_id() == -1:
                 raise
-            guarded.__name__ = f"{getattr(hook, '__name__', hook)}' raised {type(exc).__name__}: {exc} ('"
-            other = torch.int8 if grad.dtype is torch.uint8 else torch.uint8
-            return grad.new_empty((0,), dtype=other)
+            _raise_after_backward(exc)
+            return None
 
     return guarded
+
+
+def _raise_after_backward(exc: BaseException) -> None:
+    def reraise() -> None:
+        raise exc
+
+    torch.autograd.Variable._execution_engine.queue_callback(reraise)
 
 
 class _Flatten:
