@@ -27,6 +27,7 @@ nox.options.sessions = [
     "core_tests_lightning23",
     "ipu_stack_tests",
     "hpu_tests",
+    "hpu_opinfo",
     "ipu_tests",
     "deepspeed_hpu_tests",
     "ray_tests",
@@ -150,7 +151,21 @@ def hpu_tests(session: nox.Session) -> None:
         prefix = str(Path(session.create_tmp()) / "mpi")
         session.install("--prefix", prefix, *MPI_TOOLS)
         session.env["LIGHTNING_ACCEL_TEST_MPI_PREFIX"] = prefix
+    session.install(*OPINFO_TOOLS)  # test_opinfo.py runs a sample of torch's operator database in this session
     vendor_tests(session, HPU_PLAN, "habana", extras="[fp8-inference]")  # INC, for the fp8 inference tests
+
+
+# torch's operator database (torch.testing._internal) imports expecttest, which torch does not install.
+OPINFO_TOOLS = ["expecttest"]
+
+
+@nox.session(python=PYTHON)
+def hpu_opinfo(session: nox.Session) -> None:
+    """The emulated "hpu" against every OpInfo of torch's operator database; prints the pass rates at the end."""
+    install_base(session, "habana")
+    session.install(*OPINFO_TOOLS)
+    env = {"LIGHTNING_ACCEL_EMULATE": "hpu", "LIGHTNING_ACCEL_OPINFO": "all"}
+    session.run("pytest", "packages/habana/tests/test_opinfo.py", *WORKERS, *session.posargs, env=env)
 
 
 @nox.session(python=IPU_PLAN.python, venv_params=list(IPU_PLAN.venv_params))

@@ -16,6 +16,9 @@ import pytest
 os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "hpu")
 os.environ.setdefault("LIGHTNING_ACCEL_EMULATED_DEVICES", "8")
 
+# The OpInfo suite's pass rates, printed at the end of the session (also by the xdist controller).
+from _opinfo_report import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401
+
 from lightning_accel.core.emulation import emulation_settings, reset_emulation_settings
 from lightning_accel.core.testing.markers import skip_by_emulation
 

@@ -31,9 +31,9 @@ reproducible, and on the CPU backing ``torch.randn(n, device="hpu")`` equals ``t
 point. ``torch.Generator(device="hpu")`` does not exist (torch's Python backend hooks cannot provide generators);
 a ``generator=`` argument must be a generator of the backing device.
 
-**Serialization.** ``torch.save`` stores an ``"hpu"`` tensor as its host copy and the device string (torch's path
-for storage-less PrivateUse1 tensors); ``torch.load`` restores it on ``"hpu"``, or where ``map_location`` says
-(``map_location="cpu"`` gives CPU tensors). Views saved together are restored as separate tensors.
+**Serialization.** ``torch.save`` and ``pickle`` store an ``"hpu"`` tensor as a Gaudi does: its storage, tagged
+``"hpu"``; ``torch.load`` restores it on ``"hpu"`` (without ``map_location`` too, as on Gaudi), or where
+``map_location`` says (``map_location="cpu"`` gives CPU tensors). Tensors that shared a storage share one again.
 
 **torch.compile.** ``torch.compile(model, backend="hpu_backend")`` compiles real graphs over ``"hpu"`` tensors, the
 way torch compiles any traceable wrapper subclass (DTensor, ``TwoTensor``): dynamo fakeifies an :class:`HPUTensor`
@@ -55,13 +55,14 @@ from an ``"hpu"`` tensor (``x.new_ones``, ``torch.zeros_like``) or outside the c
 the tensors are ordinary ``TensorImpl`` s with storage in device memory allocated by the Synapse runtime, kernels run
 on the card (eagerly, or accumulated into graphs in lazy mode), streams and events exist, and the SDK keeps its own
 generator. Here the wrapper has no storage of its own: ``untyped_storage()`` and ``data_ptr()`` of an ``"hpu"``
-tensor answer with its backing memory (outside ``torch.compile``); in-place operations that change a tensor's shape
-or strides (``resize_`` to another shape, ``squeeze_``, ``t_``, an ``out=`` tensor of the wrong shape) are refused
-with an explanation; a host parameter cannot take an ``"hpu"`` tensor through ``param.data = hpu_tensor`` (torch
+tensor answer with its backing memory (outside ``torch.compile``); in-place operations that change a tensor's shape,
+strides or storage (``squeeze_``, ``t_``, ``resize_``, ``set_``, a resized ``out=`` tensor) give the wrapper new
+metadata through torch's ``.data`` setter; sparse layouts are refused, as Gaudi has no sparse kernels; a host
+parameter cannot take an ``"hpu"`` tensor through ``param.data = hpu_tensor`` (torch
 allows ``.data`` swaps between its built-in dense devices only; move the module first); moving a module from
 ``"hpu"`` to the host gives it new parameter objects (on Gaudi ``Module._apply`` keeps them); page-locked host memory
-is ordinary host memory (see ``_pinned``); ``torch.save`` tags ``"hpu"`` storages as a Gaudi does, but
-``torch.load`` without ``map_location`` restores them to the host (see ``_serialization``); and the speed is the
+is ordinary host memory (see ``_pinned``); a storage restored to ``"hpu"`` by ``torch.load`` is a host storage
+presented as one of device ``"hpu"`` until the tensor is rebuilt on it (see ``_serialization``); and the speed is the
 backing device's plus the cost of one Python call per operation.
 """
 

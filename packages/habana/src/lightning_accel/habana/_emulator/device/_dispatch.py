@@ -11,11 +11,16 @@ cached, so the per-call work is a dictionary lookup, one pass over the arguments
   without being recorded;
 - **mutating** operations (in-place and ``out=``: returns alias an input that is written): the operation runs on
   the backing tensors and the original argument objects are returned, so ``a.add_(b) is a``;
-- operations that would change a wrapper's sizes or strides in place (``resize_`` to another shape, ``squeeze_``,
-  ``t_``...) are refused with an explanation (see :data:`METADATA_MUTATING`): a wrapper's metadata cannot be
-  changed after it is made, so running them would leave the wrapper describing memory it no longer has. The
-  exception is ``x.set_(y)`` with ``y`` on the same HPU (torch FSDP shards with it): torch's ``.data`` setter copies
-  ``y``'s metadata into ``x``, which then shares ``y``'s backing tensor.
+- operations that change a tensor's sizes, strides or storage in place (``squeeze_``, ``t_``, ``resize_``,
+  ``as_strided_``, ``set_``, see :data:`METADATA_MUTATING`, and ``out=`` tensors the kernel resizes) run on a new
+  alias of the backing tensor, and the wrapper then takes that alias's metadata through torch's ``.data`` setter
+  (``set_data``, see :func:`_adopt`), which keeps the wrapper's identity, autograd history and version counter:
+  ``matmul`` of a vector, ``quantile`` and ``stft``, which squeeze and transpose in place inside, work as on any
+  device. ``x.set_(y)`` with ``y`` on the same HPU (torch FSDP shards with it) shares ``y``'s backing tensor.
+- a result of a layout other than strided (sparse) is refused (:func:`~._tensor.layout_refusal`), as Gaudi has
+  no sparse kernels;
+- in a backward pass an operation that fails returns a stand-in instead of raising (see ``_tensor._BackwardError``),
+  so that torch reports the error instead of aborting the process.
 
 Devices follow torch's rules for real devices: all ``"hpu"`` tensors of one operation must be on the same index, a
 tensor of another device may join only as a 0-dim CPU tensor (a "CPU scalar"), except in the operations that move
@@ -33,7 +38,8 @@ import torch
 
 from ._accounting import allocations, track, track_resized
 from ._devices import DEVICE_TYPE, backing_of, hpu_device, index_of
-from ._tensor import HPUTensor, wrap
+from ._serialization import backing_storage
+from ._tensor import HPUTensor, _copy_bits, layout_refusal, wrap
 
 __all__ = ["CROSS_DEVICE", "METADATA_MUTATING", "UNTRACEABLE_FACTORY", "run"]
 
@@ -72,7 +78,7 @@ METADATA_MUTATING = frozenset(
         "aten::swapaxes_",
     }
 )
-"""In-place operations that may change their input's sizes, strides or storage; run only when they do not."""
+"""In-place operations that may change their input's sizes, strides or storage (see :func:`_adopt`)."""
 
 STREAM_ONLY = frozenset({"aten::record_stream"})
 """Operations about streams only: the emulator runs all work in issue order, so they have nothing to do."""
@@ -290,7 +296,10 @@ def _functional_plan(func: Any, cross_device: bool) -> Plan:
             return out
         if type(out) is torch.Tensor:
             # The common case inlined: record the new storage, wrap it.
-            storage = out.untyped_storage()
+            try:
+                storage = out.untyped_storage()
+            except NotImplementedError:
+                raise layout_refusal(out.layout, f"the result of {func}") from None
             if storage._cdata not in live:
                 record(storage, device.index)
             result = _make_wrapper(
@@ -302,7 +311,7 @@ def _functional_plan(func: Any, cross_device: bool) -> Plan:
                 device=device,
                 requires_grad=False,
             )
-            result._elem = out
+            result._elem = out  # a new result is never a lazy conjugate or negative view: no bits to copy
             return result
         return _wrap_new(out, device)
 
@@ -335,6 +344,8 @@ def _view_plan(func: Any, cross_device: bool) -> Plan:
                 requires_grad=False,
             )
             result._elem = out
+            if out.is_conj() or out.is_neg():
+                _copy_bits(out, result)
             return result
         if _is_traced(out):
             return _traced_view(func, args, kwargs, _wrap_view(out, device))
@@ -360,7 +371,7 @@ def _mutating_plan(returns: list[tuple[int, str, bool] | None], cross_device: bo
         if single is not None:
             result = original(single, args, kwargs)
             if out_style:
-                _check_unchanged(func, result)
+                _adopt_outputs(func, result)
             return result
         results = []
         for spec, value in zip(returns, out if isinstance(out, (tuple, list)) else (out,), strict=False):
@@ -369,7 +380,7 @@ def _mutating_plan(returns: list[tuple[int, str, bool] | None], cross_device: bo
             else:
                 result = original(spec, args, kwargs)
                 if out_style:
-                    _check_unchanged(func, result)
+                    _adopt_outputs(func, result)
                 results.append(result)
         return tuple(results) if isinstance(out, tuple) else results
 
@@ -382,7 +393,7 @@ def _void_mutating_plan(cross_device: bool, out_style: bool) -> Plan:
         out = func._op(*new_args, **new_kwargs)
         if out_style:
             for value in (kwargs or {}).values():
-                _check_unchanged(func, value)
+                _adopt_outputs(func, value)
         if device is None or out is None:
             return out
         return _wrap_new(out, device)
@@ -393,21 +404,48 @@ def _void_mutating_plan(cross_device: bool, out_style: bool) -> Plan:
 def _metadata_plan(cross_device: bool) -> Plan:
     def plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
         target = args[0]
-        if type(target) is HPUTensor:
-            _refuse_if_metadata_changes(func, target, args, kwargs)
         new_args, new_kwargs, _ = _unwrap(func, args, kwargs, cross_device)
+        if type(target) is not HPUTensor:
+            return func._op(*new_args, **new_kwargs)
+        # Run on a fresh alias of the backing tensor, never on `_elem` itself: `.data` and `detach()` wrappers share
+        # the `_elem` object, and they keep their own metadata, as on a real device.
+        elem = target._elem
+        alias = elem.as_strided(elem.size(), elem.stride(), elem.storage_offset())
+        new_args[0] = alias
+        if len(new_args) > 1 and isinstance(new_args[1], torch.UntypedStorage):
+            # x.set_(storage, ...): a storage of "hpu" (torch.load's rebuild of a tensor restored to "hpu") stands for
+            # its backing storage.
+            new_args[1] = backing_storage(new_args[1]) or new_args[1]
         func._op(*new_args, **new_kwargs)
-        if type(target) is HPUTensor and type(target._elem) is torch.Tensor:
-            track_resized(target._elem, target.device.index)
+        _adopt(target, alias)
         return target
 
     return plan
 
 
+def _adopt(target: HPUTensor, elem: torch.Tensor) -> None:
+    """Make ``target`` describe ``elem`` (its sizes, strides, offset and storage) after an in-place metadata change.
+
+    A wrapper's metadata cannot be changed from inside ``__torch_dispatch__`` by the operation itself, but torch's
+    ``.data`` setter (``set_data``) copies a TensorImpl's metadata into another of the same kind while keeping the
+    target's identity, autograd history and version counter: ``target`` takes the metadata of a new wrapper of
+    ``elem``, as ``squeeze_``, ``t_``, ``resize_``, ``as_strided_`` or ``set_`` change a tensor on any device.
+    """
+    if (
+        elem.size() != target.size()
+        or elem.stride() != target.stride()
+        or elem.storage_offset() != target.storage_offset()
+        or elem.dtype != target.dtype
+    ):
+        _DATA.__set__(target, wrap(elem, target.device))
+    target._elem = elem
+    if type(elem) is torch.Tensor:  # a traced tensor has no memory to record
+        track_resized(elem, target.device.index)
+
+
 def _set_from_tensor_plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
     # x.set_(y): x takes y's storage, sizes and strides, as on any real device (torch FSDP shards its flat parameter
-    # with it). A wrapper cannot change its metadata through the dispatch, but torch's `.data` setter can: it copies
-    # y's TensorImpl metadata into x (set_data, what `x.data = y` runs), and x then shares y's backing tensor.
+    # with it). See _adopt for how a wrapper takes new metadata.
     target = args[0]
     source = args[1] if len(args) > 1 else (kwargs or {})["source"]
     if type(target) is not HPUTensor or type(source) is not HPUTensor:
@@ -424,52 +462,10 @@ def _set_from_tensor_plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, An
     return target
 
 
-def _refuse_if_metadata_changes(
-    func: Any, target: HPUTensor, args: tuple[Any, ...], kwargs: dict[str, Any] | None
-) -> None:
-    # Rehearse the operation on a meta tensor of the same layout: only its metadata matters, and nothing is touched.
-    elem = target._elem
-    probe = torch.empty_strided(elem.size(), elem.stride(), dtype=elem.dtype, device="meta")
-    if elem.storage_offset():
-        probe = probe.as_strided(elem.size(), elem.stride(), elem.storage_offset())
-
-    def to_meta(a: Any) -> Any:
-        if type(a) is HPUTensor:
-            return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device="meta")
-        if isinstance(a, torch.Tensor):
-            return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device="meta")
-        return a
-
-    try:
-        func(probe, *[to_meta(a) for a in args[1:]], **{k: to_meta(v) for k, v in (kwargs or {}).items()})
-    except (RuntimeError, NotImplementedError):
-        return  # let the real call raise torch's own error
-    if (
-        probe.size() != elem.size()
-        or probe.stride() != elem.stride()
-        or probe.storage_offset() != elem.storage_offset()
-    ):
-        raise NotImplementedError(
-            f"{func} would change the shape or strides of an 'hpu' tensor in place (shape {tuple(elem.size())} "
-            f"strides {elem.stride()} to shape {tuple(probe.size())} strides {probe.stride()}), which the emulated "
-            "HPU device cannot do: its tensors are wrappers whose metadata is fixed when they are made. Use the "
-            "out-of-place operation instead (for example x = x.squeeze(0), "
-            "x = x.t(), x = torch.empty(new_shape, device='hpu')); on a real Gaudi this runs."
-        )
-
-
-def _check_unchanged(func: Any, value: Any) -> None:
+def _adopt_outputs(func: Any, value: Any) -> None:
+    """After an ``out=`` operation: an output the kernel resized takes its new metadata (see :func:`_adopt`)."""
     if type(value) is HPUTensor:
-        elem = value._elem
-        if elem.size() != value.size() or elem.stride() != value.stride():
-            raise NotImplementedError(
-                f"{func} resized its out= tensor on the emulated HPU device from {tuple(value.size())} to "
-                f"{tuple(elem.size())}; the emulated device cannot change a tensor's shape in place, so that tensor "
-                "no longer matches its data and must not be used. Pass an out= tensor of the result's shape, or use "
-                "the operation without out=; on a real Gaudi this runs."
-            )
-        if type(elem) is torch.Tensor:  # a traced tensor has no memory to record
-            track_resized(elem, value.device.index)
+        _adopt(value, value._elem)
     elif type(value) is list or type(value) is tuple:
         for v in value:
-            _check_unchanged(func, v)
+            _adopt_outputs(func, v)

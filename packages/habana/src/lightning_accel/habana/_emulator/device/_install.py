@@ -12,6 +12,7 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 
 from ._backend import REQUIRED_MODULE_ATTRIBUTES, DeviceGuard, DeviceModule, Hooks
 from ._devices import DEVICE_TYPE, backing_of, current_index
+from ._generator import register as register_generator
 from ._kernels import register_kernels
 from ._pinned import register as register_pinned
 from ._serialization import register as register_serialization
@@ -86,6 +87,7 @@ def install(backend_module: Any = None) -> None:
         register_kernels()
         register_serialization()
         register_pinned()
+        register_generator()
         _skip_in_dynamo()
         _installed = True
 

@@ -7,9 +7,9 @@ device and wraps the result.
 
 ``empty.memory_format`` and ``empty_strided`` are all torch needs: the other factories are composites that call
 one of them and then fill the result in place, which reaches ``__torch_dispatch__``. The common factories are
-registered as well because that saves a round trip through Python per call, and because ``arange``, ``linspace``
-and friends are composites that make an empty tensor and resize it through ``out=``, which a wrapper tensor cannot
-follow (see ``_dispatch.METADATA_MUTATING``).
+registered as well because that saves a round trip through Python per call (``arange``, ``linspace`` and friends
+are composites that make an empty tensor and resize it through ``out=``). ``_efficientzerotensor`` (autograd's
+zero gradients) gives ordinary zeros: a wrapper cannot carry torch's ZeroTensor key.
 
 Random factories draw from the backing device's default generator (see the package docstring).
 
@@ -26,6 +26,7 @@ import torch
 
 from ._accounting import track
 from ._devices import DEVICE_TYPE, backing_of, hpu_device, index_of
+from ._serialization import backing_storage
 from ._tensor import HPUTensor, unwrap, wrap
 
 __all__ = ["FACTORIES", "register_kernels"]
@@ -75,7 +76,26 @@ def _factory(packet: Any) -> Any:
     return kernel
 
 
+def _efficient_zero_tensor(size: Any, **kwargs: Any) -> torch.Tensor:
+    # autograd's zero gradients (sgn, abs... of a real input; torch.func) ask for an "efficient" zero tensor, which on
+    # the CPU and CUDA is a storage-less tensor with the ZeroTensor key. A wrapper cannot carry that key, and a
+    # wrapped ZeroTensor would refuse in-place accumulation; a device without the key (as on Gaudi) gives real zeros.
+    device = kwargs.pop("device", None)
+    index = index_of(torch.device(device)) if device is not None else index_of(torch.device(DEVICE_TYPE))
+    out = torch.zeros(size, dtype=kwargs.get("dtype"), device=backing_of(index))
+    track(out, index)
+    return wrap(out, hpu_device(index))
+
+
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if type(dst) is not HPUTensor and dst.device.type == DEVICE_TYPE:
+        # A plain tensor over a storage restored to "hpu" (pickle's storage format fills it after restoring it):
+        # write to the backing storage it stands for.
+        host = backing_storage(dst.untyped_storage())
+        if host is not None:
+            view = torch.empty(0, dtype=dst.dtype, device=host.device)
+            view.set_(host, dst.storage_offset(), dst.size(), dst.stride()).copy_(unwrap(src), non_blocking)
+            return dst
     if type(dst) is not HPUTensor and type(src) is not HPUTensor:
         raise RuntimeError(
             f"_copy_from reached the emulated HPU with neither tensor on it: {src.device}, {dst.device}."
@@ -112,6 +132,7 @@ def register_kernels() -> None:
         name, _, overload = qualified.partition(".")
         packet = getattr(getattr(torch.ops.aten, name), overload or "default")
         library.impl(qualified, _factory(packet), "PrivateUse1")
+    library.impl("_efficientzerotensor", _efficient_zero_tensor, "PrivateUse1")
     library.impl("_copy_from", _copy_from, "PrivateUse1")
     library.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
     library.impl("record_stream", _record_stream, "PrivateUse1")

@@ -1,4 +1,4 @@
-"""How ``torch.save`` / ``torch.load`` treat ``"hpu"`` tensors: storages tagged ``"hpu"``, restored to the host.
+"""How ``torch.save`` / ``torch.load`` (and ``pickle``) treat ``"hpu"`` tensors: storages tagged ``"hpu"``.
 
 On Gaudi an HPU tensor is saved like any device tensor: its storage with the location tag ``"hpu"``, which
 ``torch.load`` hands to ``map_location`` (a device, a dict or a function such as DeepSpeed's
@@ -6,23 +6,51 @@ On Gaudi an HPU tensor is saved like any device tensor: its storage with the loc
 
 Here an ``"hpu"`` tensor is saved the same way: the storage of its backing tensor, tagged ``"hpu"`` by a tagger
 registered with ``torch.serialization.register_package``, so files have the layout a Gaudi writes and load with any
-``map_location``, on Gaudi too. What differs: without ``map_location`` the emulator restores the storage to the host
-(the backing memory), not to the ``"hpu"`` device, because the emulated device has no storages of its own; move the
-loaded tensors with ``.to("hpu")`` (``load_state_dict`` into a model on ``"hpu"`` copies them there anyway).
+``map_location``, on Gaudi too. A storage restored to ``"hpu"`` (no ``map_location``, ``map_location="hpu"`` or a
+dict naming ``"hpu"``) is the host copy the file holds, presented to torch as a storage of device ``"hpu"``
+(:func:`device_storage`): torch's rebuild then makes an ``"hpu"`` tensor of it and ``set_`` s it to that storage,
+which the dispatch resolves to the host copy (:func:`backing_storage`), so the loaded tensor is an ``"hpu"`` tensor
+whose backing tensor uses the file's data, and tensors that shared a storage when saved share one again.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
 
 from ._accounting import allocations
-from ._devices import DEVICE_TYPE
+from ._devices import DEVICE_TYPE, backing_of, hpu_device
 
-__all__ = ["register"]
+__all__ = ["backing_storage", "device_storage", "register"]
 
 _registered = False
+_BACKING: dict[int, torch.UntypedStorage] = {}
+
+
+def device_storage(host: torch.UntypedStorage, index: int) -> torch.UntypedStorage:
+    """A storage of device ``hpu:index`` over the memory of the backing storage ``host``, which it keeps alive.
+
+    It owns no memory (``torch._C._construct_storage_from_data_pointer``): only the dispatch's ``set_`` reads it,
+    through :func:`backing_storage`.
+    """
+    storage = torch._C._construct_storage_from_data_pointer(host.data_ptr(), hpu_device(index), host.nbytes())
+    # Keyed by address: torch's file reader makes its own storage object over the same memory.
+    key = host.data_ptr()
+    if key:
+        _BACKING[key] = host
+        weakref.finalize(storage, _BACKING.pop, key, None)
+    return storage  # type: ignore[return-value]
+
+
+def backing_storage(storage: Any) -> torch.UntypedStorage | None:
+    """The backing storage behind a storage made by :func:`device_storage` (``None`` for any other)."""
+    if not isinstance(storage, torch.UntypedStorage) or storage.device.type != DEVICE_TYPE:
+        return None
+    if storage.nbytes() == 0:
+        return torch.UntypedStorage(0, device=backing_of(storage.device.index or 0))
+    return _BACKING.get(storage.data_ptr())
 
 
 def _tag(storage: Any) -> str | None:
@@ -34,7 +62,8 @@ def _tag(storage: Any) -> str | None:
 
 def _restore(storage: Any, location: str) -> Any:
     if location == DEVICE_TYPE or location.startswith(DEVICE_TYPE + ":"):
-        return storage  # the host copy the file holds: see the module docstring
+        index = torch.device(location).index or 0
+        return device_storage(storage, index)
     return None
 
 

@@ -19,6 +19,7 @@ device type of c10, not PrivateUse1) with a storage in device memory allocated b
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 import types
@@ -29,9 +30,10 @@ import torch
 
 from ._accounting import track
 
-__all__ = ["HPUTensor", "unwrap", "wrap"]
+__all__ = ["HPUTensor", "layout_refusal", "unwrap", "wrap"]
 
 _make_wrapper = torch.Tensor._make_wrapper_subclass
+_current_graph_task_id = torch._C._current_graph_task_id
 _DATA: Any = torch._C.TensorBase.data
 
 
@@ -55,9 +57,17 @@ class HPUTensor(torch.Tensor):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         plan = _plans.get(func)
-        if plan is None:
-            return _run(func, args, kwargs)
-        return plan(func, args, kwargs)
+        try:
+            if plan is None:
+                return _run(func, args, kwargs)
+            return plan(func, args, kwargs)
+        except Exception as exc:
+            if _current_graph_task_id() == -1:
+                raise
+            # In a backward pass, see _BackwardError.
+            error = _BackwardError(func, exc)
+            returns = len(func._schema.returns)
+            return tuple(error for _ in range(returns)) if returns > 1 else error
 
     # Being a "traceable wrapper subclass" makes Module._apply (module.to("hpu"), .half()) swap the contents of each
     # parameter object instead of replacing it, so the objects an optimizer already holds stay the model's, as when
@@ -160,10 +170,70 @@ class HPUTensor(torch.Tensor):
         """The address of the first element in the backing memory (the wrapper has none of its own)."""
         return self._elem.data_ptr()
 
+    def register_hook(self, hook: Any) -> Any:
+        """As ``torch.Tensor.register_hook``; an exception the hook raises in a backward pass is reported, not fatal."""
+        return super().register_hook(_guarded_hook(hook))
+
+    def register_post_accumulate_grad_hook(self, hook: Any) -> Any:
+        """As ``torch.Tensor.register_post_accumulate_grad_hook``, with the hook guarded as in :meth:`register_hook`."""
+        return super().register_post_accumulate_grad_hook(_guarded_hook(hook))
+
     def tolist(self) -> Any:
         """The data as nested Python lists, read through the host as on a real device."""
         # torch's C++ tolist refuses tensor subclasses; the backing tensor has the same shape and data.
         return self._elem.tolist()
+
+
+class _BackwardError:
+    """What ``__torch_dispatch__`` returns instead of raising while the autograd engine runs a backward pass.
+
+    An exception raised in ``__torch_dispatch__`` stays pending in the interpreter while torch unwinds its C++ frames
+    (``python_error``), and in a backward pass those frames include the engine's stream guard for the PrivateUse1
+    device, whose destructor calls the Python device guard: with the exception pending that call fails inside a
+    ``noexcept`` function and the process aborts ("terminate called without an active exception"). Returned instead
+    of a result, this object makes torch fail in C++ while converting it, with no Python exception pending: the
+    conversion error (a ``RuntimeError`` where the backward was started: "Unable to cast [...] to Tensor") quotes
+    ``str()`` of this object, which names the operation and the original exception.
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, func: Any, exc: BaseException) -> None:
+        self.text = f"[{func} failed on the emulated HPU in this backward pass with {type(exc).__name__}: {exc}]"
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+
+def _guarded_hook(hook: Any) -> Any:
+    """``hook``, made to report an exception it raises in a backward pass at the end of that pass instead.
+
+    torch calls tensor hooks from C++ and leaves their exception pending, which the PrivateUse1 stream guard turns
+    into an abort (see :class:`_BackwardError`). Instead, the guarded hook returns ``None`` (the gradient stays as it
+    was) and queues a callback on the autograd engine that raises the hook's exception when the pass ends: torch
+    keeps a callback's exception safely and raises it, type and message unchanged, where the backward was called.
+    """
+
+    @functools.wraps(hook)
+    def guarded(*args: Any) -> Any:
+        try:
+            return hook(*args)
+        except Exception as exc:
+            if _current_graph_task_id() == -1:
+                raise
+            _raise_after_backward(exc)
+            return None
+
+    return guarded
+
+
+def _raise_after_backward(exc: BaseException) -> None:
+    def reraise() -> None:
+        raise exc
+
+    torch.autograd.Variable._execution_engine.queue_callback(reraise)
 
 
 class _Flatten:
@@ -208,7 +278,12 @@ def wrap(elem: torch.Tensor, device: torch.device) -> HPUTensor:
 
     ``elem`` must be a strided tensor on the backing device of ``device``; no memory is recorded (see
     :func:`._accounting.track`).
+
+    Raises:
+        NotImplementedError: When ``elem`` has a sparse layout (see :func:`layout_refusal`).
     """
+    if elem.layout is not torch.strided:
+        raise layout_refusal(elem.layout)
     out: HPUTensor = _make_wrapper(
         HPUTensor,
         elem.size(),
@@ -219,7 +294,33 @@ def wrap(elem: torch.Tensor, device: torch.device) -> HPUTensor:
         requires_grad=False,
     )
     out._elem = elem
+    if elem.is_conj() or elem.is_neg():
+        _copy_bits(elem, out)
     return out
+
+
+def _copy_bits(elem: torch.Tensor, out: torch.Tensor) -> None:
+    # The conjugate and negative bits are part of a tensor's metadata (lazy views: x.conj(), x.conj().imag), which
+    # _make_wrapper_subclass does not copy; the wrapper must carry them, since autograd and the ops above the Python
+    # key read them from it (view_as_real refuses a conjugated tensor, resolve_conj copies one).
+    torch._C._set_conj(out, elem.is_conj())
+    torch._C._set_neg(out, elem.is_neg())
+
+
+def layout_refusal(layout: torch.layout, what: str = "") -> NotImplementedError:
+    """The error for a tensor of a layout other than ``torch.strided`` on the emulated ``"hpu"``.
+
+    The Gaudi SDK registers no sparse kernels: on Gaudi, making a sparse HPU tensor fails in torch's dispatcher with
+    ``NotImplementedError: Could not run 'aten::_sparse_coo_tensor_with_dims_and_tensors' with arguments from the
+    'SparseHPU' backend``. The emulated device refuses such tensors with the same exception type, and says why.
+    """
+    source = f" ({what})" if what else ""
+    return NotImplementedError(
+        f"A tensor of layout {layout}{source} cannot be on the emulated HPU device, which holds strided (dense) "
+        "tensors only, as Gaudi does: the Gaudi SDK has no sparse kernels, and torch refuses sparse HPU tensors there "
+        "('Could not run ... with arguments from the SparseHPU backend'). Keep sparse tensors on the host, or make "
+        "them dense (x.to_dense()) before moving them to 'hpu'."
+    )
 
 
 def unwrap(tensor: torch.Tensor) -> torch.Tensor:
