@@ -25,6 +25,7 @@ from lightning_accel.core.pycompat import strict_zip
 from . import sdk
 from ._dataloaders import to_poptorch_loader
 from ._device_options import device_optimizer, resolve_options, sync_hyperparameters
+from ._optimizer_checks import check_every_weight_is_optimized, hyperparameters, refused_change_message
 from ._replication import AutoDevices, replication_from_options, trim_automatic_devices
 from ._step_module import StepModule
 from .accelerator import IPUAccelerator
@@ -163,6 +164,7 @@ class IPUStrategy(ParallelStrategy):
         self._ipu_optimizer_state: dict[str, Any] | None = None
         self._step_module: StepModule | None = None
         self._device_optimizer: Any = None
+        self._accepted_hyperparameters: list[dict[str, Any]] = []
         self._saved_engine_options: str | None = None
         self._accumulation = 1
         self._scheduled_accumulation = False
@@ -386,12 +388,24 @@ class IPUStrategy(ParallelStrategy):
         if trainer.state.fn == TrainerFn.FITTING:
             self._ipu_optimizer_state = None
             clip = trainer.gradient_clip_val
+            check_every_weight_is_optimized(module, self.optimizers[0])
             self._device_optimizer = device_optimizer(
-                self.optimizers[0], poptorch, float(clip) if clip and clip > 0 else None
+                self.optimizers[0],
+                poptorch,
+                float(clip) if clip and clip > 0 else None,
+                schedulers=[config.scheduler for config in self.lr_scheduler_configs],
             )
-            self.poptorch_models[RunningStage.TRAINING] = poptorch.trainingModel(
-                self._step_module, self._stage_options(RunningStage.TRAINING), optimizer=self._device_optimizer
-            )
+            self._accepted_hyperparameters = hyperparameters(self._device_optimizer)
+            try:
+                self.poptorch_models[RunningStage.TRAINING] = poptorch.trainingModel(
+                    self._step_module, self._stage_options(RunningStage.TRAINING), optimizer=self._device_optimizer
+                )
+            except (poptorch.Error, AssertionError, ValueError) as err:
+                # poptorch converts the optimizer here (_poplar_executor.py:241-242) and asserts on what it cannot use.
+                raise ConfigurationError(
+                    f"poptorch refused the optimizer {type(self.optimizers[0]).__name__}: "
+                    f"{getattr(err, 'message', None) or err}. Check its hyper-parameters in configure_optimizers."
+                ) from err
 
     @override
     def setup_optimizers(self, trainer: Trainer) -> None:
@@ -585,11 +599,24 @@ class IPUStrategy(ParallelStrategy):
         # Learning-rate schedulers change the host optimizer: hand its hyper-parameters to the device every step.
         executor = self.poptorch_models.get(RunningStage.TRAINING)
         if executor is not None and self._device_optimizer is not None:
-            sync_hyperparameters(self.optimizers[0], self._device_optimizer)
-            executor.setOptimizer(self._device_optimizer)
+            self._set_device_optimizer(executor)
         if batch_idx == 0:
             # Callbacks may have edited the host weights between epochs (weight averaging, pruning, rescaling).
             self.copy_weights_to_device()
+
+    def _set_device_optimizer(self, executor: Any) -> None:
+        """Hand the host optimizer's current hyper-parameters to the device; a refused change says which and why."""
+        sync_hyperparameters(self.optimizers[0], self._device_optimizer)
+        poptorch = self._poptorch
+        try:
+            executor.setOptimizer(self._device_optimizer)
+        except (poptorch.Error, AssertionError, ValueError) as err:
+            raise ConfigurationError(
+                refused_change_message(
+                    self.optimizers[0], self._device_optimizer, self._accepted_hyperparameters, err, poptorch
+                )
+            ) from err
+        self._accepted_hyperparameters = hyperparameters(self._device_optimizer)
 
     def copy_weights_to_device(self) -> None:
         """Copy the host model's weights to the attached training model on the IPUs.

@@ -21,7 +21,23 @@ from . import optim
 from .blocks import BeginBlock, Block, BlockFunction, LegacyBeginBlockFn
 from .dataloader import AsynchronousDataAccessor, DataLoader
 from .device import ipuHardwareIsAvailable, ipuHardwareVersion
-from .enums import AutoStage, DataLoaderMode, OutputMode, ReductionType
+from .enums import (
+    AutoStage,
+    CommGroupType,
+    ConnectionType,
+    DataLoaderMode,
+    HalfFloatCastingBehavior,
+    Liveness,
+    MatMulSerializationMode,
+    MeanReductionStrategy,
+    MultiConvPlanType,
+    OutputMode,
+    OverlapMode,
+    ReductionType,
+    SharingStrategy,
+    SyncPattern,
+    VariableRetrievalMode,
+)
 from .errors import Error
 from .execution import PipelinedExecution, ShardedExecution, Stage
 from .executor import PoplarExecutor, inferenceModel, trainingModel
@@ -29,6 +45,17 @@ from .ops import identity_loss
 from .options import Options
 
 __all__ = [
+    "VariableRetrievalMode",
+    "SyncPattern",
+    "SharingStrategy",
+    "OverlapMode",
+    "MultiConvPlanType",
+    "MeanReductionStrategy",
+    "MatMulSerializationMode",
+    "Liveness",
+    "HalfFloatCastingBehavior",
+    "ConnectionType",
+    "CommGroupType",
     "AsynchronousDataAccessor",
     "AutoStage",
     "BeginBlock",

@@ -41,10 +41,12 @@ import torch
 from lightning_accel.core.pycompat import strict_zip
 
 from . import device, report
-from .enums import AutoStage, OutputMode, ReductionType
+from .enums import AutoStage, MeanReductionStrategy, OutputMode, ReductionType
 from .errors import Error
 from .execution import ShardedExecution
-from .optim import SUPPORTED_TYPES, DeviceOptimizerMixin, from_ipu_state, to_ipu_state
+from .optim import LAMB, SGD, from_ipu_state, to_ipu_state
+from .optim import Optimizer as PoptorchOptimizer
+from .optimizer_values import OptimizerValues, check_replacement, kind_of, optimizer_values
 from .options import Options
 from .program import Program, trace
 from .structures import flatten, unflatten
@@ -62,6 +64,8 @@ _MISMATCH_END = (
     "To recompile the model for the new inputs create a new inferenceModel / trainingModel wrapper or call destroy() "
     "on the curent one and try again."
 )
+# Modules whose buffers the model may replace while it runs (poptorch 3.4 python/_impl.py:28-35).
+_BUFFERS_CAN_CHANGE = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
 # Models wrapped by a trainingModel that was not destroyed (poptorch allows one at a time), and that wrapper.
 _training_wrapped: weakref.WeakKeyDictionary[torch.nn.Module, weakref.ref[PoplarExecutor]] = weakref.WeakKeyDictionary()
 
@@ -155,7 +159,8 @@ class PoplarExecutor:
             if resolved.defaultOutputMode():
                 resolved.outputMode(OutputMode.Final)
             if optimizer is None:
-                optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+                # poptorch's default (_poplar_executor.py:171-172).
+                optimizer = SGD(model.parameters(), lr=0.01)
         else:
             if resolved.defaultOutputMode():
                 resolved.outputMode(OutputMode.All)
@@ -177,10 +182,14 @@ class PoplarExecutor:
         self._host_weights_version = 0
         self._options = resolved
         self._training = training
-        self._optimizer = optimizer
-        if optimizer is not None:
-            self._check_optimizer(optimizer)
         self._executable: _Compiled | None = None
+        self._optimizer = optimizer
+        # What PopART was (or will be) given, and what the compiled program holds (poptorch converts the optimizer
+        # when the executor is built, _poplar_executor.py:241-242).
+        self._optimizer_values: OptimizerValues | None = None
+        self._compiled_optimizer_values: OptimizerValues | None = None
+        if optimizer is not None:
+            self._optimizer_values = self._convert_optimizer(optimizer)
         self._is_attached = False
         self._device_state: dict[str, torch.Tensor] = {}
         self._device_optimizer: torch.optim.Optimizer | None = None
@@ -238,22 +247,35 @@ class PoplarExecutor:
     def _device_weights(self, state: dict[str, torch.Tensor] | None = None) -> Iterator[None]:
         """Run the host model's code on the device copy: its parameter and buffer slots point there meanwhile.
 
-        Tied weights stay tied: every slot holding the same host tensor gets the same device tensor.
+        Tied weights stay tied: every slot holding the same host tensor gets the same device tensor. A parameter or
+        buffer the model's code replaces (``self.count = self.count + 1``) raises poptorch's error once the code has
+        run (``errorOnBufferOrParameterAddressChanges``, ``python/_impl.py:432-451``); BatchNorm's buffers may change
+        (``BUFFERS_CAN_CHANGE``, ``:28-35``).
         """
         state = self._device_state if state is None else state
         by_host = {id(tensor): state[name] for name, tensor, _ in self._host_tensors() if name in state}
-        swapped: list[tuple[dict[str, Any], str, Any]] = []
+        swapped: list[tuple[dict[str, Any], str, Any, str, str]] = []
         try:
-            for module in self._model.modules():
-                slot_dicts: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
-                for slots in slot_dicts:
+            for module_name, module in self._model.named_modules():
+                exempt = isinstance(module, _BUFFERS_CAN_CHANGE)
+                for kind, slots in (("Parameter", module._parameters), ("Buffer", module._buffers)):
                     for key, host in slots.items():
                         if host is not None and id(host) in by_host:
-                            swapped.append((slots, key, host))
+                            swapped.append(
+                                (slots, key, host, kind if not (exempt and kind == "Buffer") else "", module_name)
+                            )
                             slots[key] = by_host[id(host)]
             yield
+            for slots, key, host, kind, module_name in swapped:
+                if kind and slots.get(key) is not by_host[id(host)]:
+                    name = f"{module_name}.{key}" if module_name else key
+                    raise Error(
+                        f"{kind} {name} is reassigned within the model when calling the forward method. This is not "
+                        f"supported. Consider using self.{name}.copy_(src) to copy data from a source tensor, where "
+                        "src is the name of the source tensor."
+                    )
         finally:
-            for slots, key, host in reversed(swapped):
+            for slots, key, host, _, _ in reversed(swapped):
                 slots[key] = host
 
     def _download(self) -> None:
@@ -264,10 +286,10 @@ class PoplarExecutor:
                 if source is not None:
                     tensor.copy_(source)
         self._host_weights_version += 1
-        if isinstance(self._optimizer, DeviceOptimizerMixin) and self._device_optimizer is not None:
+        if isinstance(self._optimizer, PoptorchOptimizer) and self._device_optimizer is not None:
             # poptorch reads the device's optimizer state into ipu_state (readOptimizerState, poptorch.cpp:960-990).
             self._optimizer._state_dict = to_ipu_state(
-                self._device_optimizer, self._named_device_params(), self._optimizer.loss_scaling
+                self._optimizer, self._device_optimizer, self._named_device_params()
             )
             self._optimizer.ipu_state_is_dirty = False
             self._optimizer.host_state_is_dirty = False
@@ -301,24 +323,30 @@ class PoplarExecutor:
 
     # -- optimizer ---------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _check_optimizer(optimizer: Any) -> None:
-        if not isinstance(optimizer, SUPPORTED_TYPES):
-            names = ", ".join(f"torch.optim.{t.__name__}" for t in SUPPORTED_TYPES)
-            raise ValueError(
-                f"Unsupported optimizer type {type(optimizer).__name__}. Types supported: {names} and their "
-                "poptorch.optim counterparts."
-            )
-        if any(group.get("amsgrad") for group in optimizer.param_groups):
-            raise ValueError("Only non-amsgrad Adam/AdamW optimizers are supported: set amsgrad=False.")
+    def _convert_optimizer(self, optimizer: Any) -> OptimizerValues:
+        """Poptorch's conversion of ``optimizer`` for PopART (its asserts and errors included)."""
+        automatic = bool(self._options._Popart.options.get("automaticLossScalingSettings.enabled", False))
+        values = optimizer_values(optimizer, automatic)
+        if values["attributes"].get("accum_type") == torch.float16 and not values["attributes"].get(
+            "use_combined_accum", False
+        ):
+            # A float16 accumulator needs the Running mean reduction (_optimizer_attributes.py:133-152).
+            self._use_running_mean_reduction()
+        return values
 
-    @staticmethod
-    def _base_type(optimizer: torch.optim.Optimizer) -> type[torch.optim.Optimizer]:
-        # AdamW before Adam: in some torch versions AdamW subclasses Adam.
-        for kind in (torch.optim.AdamW, torch.optim.Adam, torch.optim.RMSprop, torch.optim.SGD):
-            if isinstance(optimizer, kind):
-                return kind
-        raise AssertionError("unreachable: optimizer type checked before")
+    def _use_running_mean_reduction(self) -> None:
+        training = self._options.Training
+        running = MeanReductionStrategy.Running
+        if not self.isCompiled():
+            self._options._unfreeze()
+            training.setMeanAccumulationAndReplicationReductionStrategy(running)
+            self._options._freeze()
+        elif training.meanAccumulationAndReplicationReductionStrategy != running:
+            raise ValueError(
+                "Invalid optimizer: the new optimizer would require changing options.Training."
+                "meanAccumulationAndReplicationReductionStrategy to poptorch.MeanReductionStrategy.Running but the "
+                "executable is already compiled."
+            )
 
     def _device_params(self, optimizer: torch.optim.Optimizer) -> list[list[torch.Tensor]]:
         names = {id(param): name for name, param in self._model.named_parameters()}
@@ -335,6 +363,20 @@ class PoplarExecutor:
             groups.append(params)
         return groups
 
+    def _ungrouped_params(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        """Trainable weights the optimizer does not hold: PopART updates them with the optimizer's defaults.
+
+        poptorch tags only the grouped weights (``_poplar_executor.py:830-836``) and builds the PopART optimizer from
+        the defaults, inserting group values for tagged weights only (``popart_compiler/source/CompilerImpl.cpp:
+        791-866``); PopART's optimizer applies to every trainable weight.
+        """
+        grouped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        return [
+            self._device_state[name]
+            for name, param in self._model.named_parameters()
+            if param.requires_grad and id(param) not in grouped
+        ]
+
     def _named_device_params(self) -> list[tuple[str, torch.Tensor]]:
         assert self._device_optimizer is not None
         names = {id(tensor): name for name, tensor in self._device_state.items()}
@@ -343,65 +385,84 @@ class PoplarExecutor:
     def _write_optimizer_state_if_needed(self) -> None:
         """Write a loaded ``ipu_state`` (a checkpoint's) to the device optimizer (poptorch's line 1268)."""
         host = self._optimizer
-        if isinstance(host, DeviceOptimizerMixin) and host.ipu_state_is_dirty and self._device_optimizer is not None:
+        if isinstance(host, PoptorchOptimizer) and host.ipu_state_is_dirty and self._device_optimizer is not None:
             if host.has_state():
-                from_ipu_state(self._device_optimizer, self._named_device_params(), host._state_dict["ipu_state"])
+                from_ipu_state(host, self._device_optimizer, self._named_device_params(), host._state_dict["ipu_state"])
             host.ipu_state_is_dirty = False
+
+    @staticmethod
+    def _device_group(source: dict[str, Any]) -> dict[str, Any]:
+        # poptorch never reads maximize (_optimizer_attributes.py:221-265): the device always descends.
+        group = {key: value for key, value in source.items() if key not in ("params", "maximize")}
+        if "betas" in group:
+            group["betas"] = tuple(group["betas"])
+        return group
 
     def _build_device_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         device_groups = self._device_params(optimizer)
         groups = [
-            {**{k: v for k, v in group.items() if k != "params"}, "params": params}
+            {**self._device_group(group), "params": params}
             for group, params in zip(optimizer.param_groups, device_groups)
         ]
-        kind: Any = self._base_type(optimizer)
-        self._device_optimizer = kind(groups)
-        if isinstance(optimizer, DeviceOptimizerMixin):
+        ungrouped = self._ungrouped_params(optimizer)
+        if ungrouped:
+            groups.append({**self._device_group(optimizer.defaults), "params": ungrouped})
+        kind = kind_of(optimizer)
+        if kind == "LAMB":
+            device_optimizer: torch.optim.Optimizer = LAMB(groups, bias_correction=getattr(optimizer, "bias_correction", True))
+        else:
+            torch_kind = {
+                "SGD": torch.optim.SGD,
+                "Adam": torch.optim.Adam,
+                "AdamW": torch.optim.AdamW,
+                "RMSprop": torch.optim.RMSprop,
+            }[str(kind)]
+            device_optimizer = torch_kind(groups)
+        self._device_optimizer = device_optimizer
+        if isinstance(optimizer, PoptorchOptimizer):
             if optimizer.has_state():
                 optimizer.ipu_state_is_dirty = True
             self._write_optimizer_state_if_needed()
         else:
-            self._copy_optimizer_state(optimizer, self._device_optimizer, to_host=False)
+            self._copy_optimizer_state(optimizer, device_optimizer)
 
-    def _copy_optimizer_state(
-        self, source: torch.optim.Optimizer, target: torch.optim.Optimizer, to_host: bool
-    ) -> None:
-        host = target if to_host else source
-        device_ = source if to_host else target
+    @staticmethod
+    def _copy_optimizer_state(host: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
         host_params = [p for group in host.param_groups for p in group["params"]]
-        device_params = [p for group in device_.param_groups for p in group["params"]]
-        pairs = zip(device_params, host_params) if to_host else zip(host_params, device_params)
-        for src, dst in pairs:
-            state = source.state.get(src)
+        device_params = [p for group in target.param_groups for p in group["params"]]
+        for src, dst in zip(host_params, device_params):
+            state = host.state.get(src)
             if state:
                 target.state[dst] = {
                     k: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for k, v in state.items()
                 }
 
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Use ``optimizer``'s hyper-parameters (learning rate, momentum, ...) from the next weight update on.
+        """Use ``optimizer``'s hyper-parameters from the next weight update on, as PopART allows.
 
-        The device keeps its optimizer state when the optimizer type is unchanged.
+        After compilation only the variable hyper-parameters may change (see :mod:`.optimizer_values`); a changed
+        constant raises PopART's "Values are constant but do not match." and leaves the device optimizer as it was.
+        The device keeps its optimizer state.
         """
         if not self._training:
             raise Error("setOptimizer() can only be called on a poptorch.trainingModel.")
-        self._check_optimizer(optimizer)
+        values = self._convert_optimizer(optimizer)
+        if self.isCompiled() and self._device_optimizer is not None:
+            assert self._compiled_optimizer_values is not None
+            check_replacement(self._compiled_optimizer_values, values)
         previous = self._optimizer
         self._optimizer = optimizer
+        self._optimizer_values = values
         if not self.isCompiled() or self._device_optimizer is None:
             return
-        if previous is None or self._base_type(previous) is not self._base_type(optimizer):
-            self._build_device_optimizer(optimizer)
-            return
-        if len(optimizer.param_groups) != len(self._device_optimizer.param_groups):
-            raise Error(
-                f"setOptimizer: the new optimizer has {len(optimizer.param_groups)} parameter groups but the model "
-                f"was compiled with {len(self._device_optimizer.param_groups)}; create a new trainingModel instead."
-            )
+        if optimizer is not previous and isinstance(optimizer, PoptorchOptimizer) and optimizer.has_state():
+            # A new poptorch optimizer's own state is written to the device (_poplar_executor.py:646-649).
+            optimizer.ipu_state_is_dirty = True
+            self._write_optimizer_state_if_needed()
         for group, device_group in zip(optimizer.param_groups, self._device_optimizer.param_groups):
-            for key, value in group.items():
-                if key != "params":
-                    device_group[key] = value
+            device_group.update(self._device_group(group))
+        if len(self._device_optimizer.param_groups) > len(optimizer.param_groups):
+            self._device_optimizer.param_groups[-1].update(self._device_group(optimizer.defaults))
 
     # -- attach / detach -------------------------------------------------------------------------------------
 
@@ -532,10 +593,11 @@ class PoplarExecutor:
         def call(state: list[torch.Tensor], inputs: list[Any]) -> tuple[Any, torch.Tensor | None]:
             call_args, call_kwargs = unflatten(inputs, input_spec)
             with self._device_weights(dict(strict_zip(state_names, state))), running_on(context):
-                output = self._model(*call_args, **call_kwargs)
+                output = _host_output_types(self._model(*call_args, **call_kwargs))
             return output, final_loss(context.losses) if self._training else None
 
-        with torch.random.fork_rng(devices=[]), self._mode(), torch.set_grad_enabled(self._training):
+        # Modules keep the train/eval mode the user set: poptorch never calls train() or eval() (python/, 3.4).
+        with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(self._training):
             program = trace(call, trace_state, leaves)
         stages = self._count_stages(context)
         self._check_pipeline(stages)
@@ -544,6 +606,7 @@ class PoplarExecutor:
         )
         device.acquire(id(self), num_ipus)
         self._is_attached = True
+        self._compiled_optimizer_values = self._optimizer_values
         self._executable = _Compiled(
             self._signature(first_args, first_kwargs), context, num_ipus, stages, program, state_names
         )
@@ -621,21 +684,6 @@ class PoplarExecutor:
 
     # -- execution ---------------------------------------------------------------------------------------------
 
-    def _mode(self) -> Any:
-        """Put the model in train (training) or eval (inference) mode for the call, then restore every module."""
-        executor = self
-
-        class _Mode:
-            def __enter__(self) -> None:
-                self.saved = [(module, module.training) for module in executor._model.modules()]
-                executor._model.train(executor._training)
-
-            def __exit__(self, *exc: object) -> None:
-                for module, mode in self.saved:
-                    module.training = mode
-
-        return _Mode()
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run one host call: ``device_iterations`` iterations over the micro-batches in ``args``."""
         if not self.isCompiled():
@@ -691,7 +739,7 @@ class PoplarExecutor:
         optimizer = self._device_optimizer
         assert optimizer is not None
         loss_scaling = getattr(self._optimizer, "loss_scaling", 1.0)
-        max_grad_norm = getattr(self._optimizer, "max_grad_norm", None)
+        max_grad_norm = getattr(self._optimizer, "max_grad_norm", float("inf"))
         params = [p for group in optimizer.param_groups for p in group["params"]]
         outputs = []
         run = self._runner(inputs)
@@ -714,7 +762,7 @@ class PoplarExecutor:
                     if loss_scaling != 1.0:
                         for param in grads:
                             param.grad.div_(loss_scaling)
-                    if max_grad_norm is not None and grads:
+                    if max_grad_norm != float("inf") and grads:
                         torch.nn.utils.clip_grad_norm_(grads, max_grad_norm)
                 optimizer.step()
         return outputs
@@ -750,6 +798,19 @@ class PoplarExecutor:
             combined.append(_concat(selected))
         result = unflatten(combined, spec)
         return result
+
+
+def _host_output_types(value: Any) -> Any:
+    """Poptorch returns int64 outputs as int32 and float64 ones as float32 (``_poplar_executor.py:865-874``)."""
+    leaves, spec = flatten(value)
+    converted = {torch.int64: torch.int32, torch.float64: torch.float32}
+    return unflatten(
+        [
+            leaf.to(converted[leaf.dtype]) if isinstance(leaf, torch.Tensor) and leaf.dtype in converted else leaf
+            for leaf in leaves
+        ],
+        spec,
+    )
 
 
 def _detach(value: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .enums import OutputMode, ReductionType
+from .enums import MeanReductionStrategy, OutputMode, ReductionType
 from .execution import PipelinedExecution, ShardedExecution
 
 __all__ = ["Options", "OptionsDict", "TrainingOptions"]
@@ -125,6 +125,7 @@ class TrainingOptions(OptionsDict):
         super().__init__(
             gradient_accumulation=1,
             accumulation_and_replication_reduction_type=int(ReductionType.Mean),
+            meanAccumulationAndReplicationReductionStrategy=MeanReductionStrategy.Post,
         )
 
     def gradientAccumulation(self, gradient_accumulation: int) -> TrainingOptions:
@@ -144,10 +145,19 @@ class TrainingOptions(OptionsDict):
         self.set(accumulation_and_replication_reduction_type=int(reduction_type))
         return self
 
+    def setMeanAccumulationAndReplicationReductionStrategy(
+        self, mean_reduction_strategy: MeanReductionStrategy
+    ) -> TrainingOptions:
+        """When a mean reduction divides (``options.py:307-334``); float32 results do not depend on it."""
+        self.set(meanAccumulationAndReplicationReductionStrategy=mean_reduction_strategy)
+        return self
+
     def toDict(self) -> dict[str, Any]:
         """The training options as poptorch serialises them."""
         values = dict(self._values)
-        values["meanAccumulationAndReplicationReductionStrategy"] = 1
+        values["meanAccumulationAndReplicationReductionStrategy"] = int(
+            values["meanAccumulationAndReplicationReductionStrategy"]
+        )
         return values
 
 
