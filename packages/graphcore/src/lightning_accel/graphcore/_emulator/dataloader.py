@@ -12,37 +12,29 @@ from torch.utils.data import Dataset, IterableDataset
 from .enums import DataLoaderMode
 from .errors import Error
 from .options import Options
+from .structures import flatten, unflatten
 
 __all__ = ["AsynchronousDataAccessor", "DataLoader"]
 
 log = logging.getLogger("poptorch")
 
 
-class _CombinedBatchSampler:
-    """Concatenates ``factor`` consecutive batches of a batch sampler into one host batch."""
+def _combined_batches(batches: Iterable[Any], factor: int, drop_last: bool) -> Iterator[Any]:
+    """Concatenate ``factor`` consecutive collated batches along dimension 0 (``_utils.py:151-175``, poptorch 3.4)."""
+    group: list[Any] = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == factor:
+            yield _concatenate(group)
+            group = []
+    if group and not drop_last:
+        yield _concatenate(group)
 
-    def __init__(self, batch_sampler: Iterable[list[int]], factor: int, drop_last: bool) -> None:
-        self.batch_sampler = batch_sampler
-        self.factor = factor
-        self.drop_last = drop_last
 
-    def __iter__(self) -> Iterator[list[int]]:
-        group: list[int] = []
-        count = 0
-        for batch in self.batch_sampler:
-            group.extend(batch)
-            count += 1
-            if count == self.factor:
-                yield group
-                group, count = [], 0
-        if group and not self.drop_last:
-            yield group
-
-    def __len__(self) -> int:
-        if not isinstance(self.batch_sampler, Sized):
-            raise TypeError("The batch sampler has no length.")
-        full, rest = divmod(len(self.batch_sampler), self.factor)
-        return full + (1 if rest and not self.drop_last else 0)
+def _concatenate(batches: list[Any]) -> Any:
+    leaves = [flatten(batch)[0] for batch in batches]
+    combined = [torch.cat(column) if isinstance(column[0], torch.Tensor) else column[-1] for column in zip(*leaves)]
+    return unflatten(combined, flatten(batches[-1])[1])
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -88,15 +80,21 @@ class DataLoader(torch.utils.data.DataLoader):
         )
         self.options = options
         self._factor = factor
+        self._batches_to_combine = 1
+        self._combined_drop_last = drop_last
         if batch_sampler is not None:
             # poptorch 3.4 __init__.py:293-297: batch_size must stay at its default (1), None included.
             if batch_size != 1 or shuffle:
                 raise Error("`batch_sampler` option is mutually exclusive with batch_size, shuffle.")
             inner = getattr(batch_sampler, "batch_size", None)
             self.combinedBatchSize: int | None = inner * factor if isinstance(inner, int) else None
+            # torch iterates the user's sampler and knows its length; __iter__ combines its batches, so len() is
+            # the uncombined count, as in poptorch (__init__.py:468-480, 517-523).
+            self._batches_to_combine = factor
+            self._combined_drop_last = drop_last
             super().__init__(
                 dataset,
-                batch_sampler=_CombinedBatchSampler(batch_sampler, factor, drop_last),
+                batch_sampler=batch_sampler,
                 num_workers=num_workers,
                 persistent_workers=bool(persistent_workers) and num_workers > 0,
                 **kwargs,
@@ -129,6 +127,11 @@ class DataLoader(torch.utils.data.DataLoader):
     @property
     def _combined_batch_size(self) -> int | None:
         return self.combinedBatchSize
+
+    def __iter__(self) -> Any:
+        if self._batches_to_combine == 1:
+            return super().__iter__()
+        return _combined_batches(super().__iter__(), self._batches_to_combine, self._combined_drop_last)
 
 
 class AsynchronousDataAccessor:

@@ -41,7 +41,7 @@ import torch
 from lightning_accel.core.pycompat import strict_zip
 
 from . import device, report
-from .enums import AutoStage, MeanReductionStrategy, OutputMode, ReductionType
+from .enums import MeanReductionStrategy, OutputMode, ReductionType
 from .errors import Error
 from .execution import ShardedExecution
 from .optim import LAMB, SGD, from_ipu_state, to_ipu_state
@@ -409,7 +409,9 @@ class PoplarExecutor:
             groups.append({**self._device_group(optimizer.defaults), "params": ungrouped})
         kind = kind_of(optimizer)
         if kind == "LAMB":
-            device_optimizer: torch.optim.Optimizer = LAMB(groups, bias_correction=getattr(optimizer, "bias_correction", True))
+            device_optimizer: torch.optim.Optimizer = LAMB(
+                groups, bias_correction=getattr(optimizer, "bias_correction", True)
+            )
         else:
             torch_kind = {
                 "SGD": torch.optim.SGD,
@@ -581,8 +583,7 @@ class PoplarExecutor:
         first_args, first_kwargs = self._micro_batch(split, spec, 0)
         self._upload()
         names = {id(self._device_state[name]): name for name, _ in self._model.named_parameters()}
-        context = DeviceContext(names, record=True)
-        context.auto_increment = self._options._execution_strategy.auto_stage == AutoStage.AutoIncrement
+        context = DeviceContext(names, record=True, stages=self._options._execution_strategy.stage_manager())
         state_names = list(self._device_state)
         # The trace is a dry run: it must not consume random numbers or move running statistics.
         trace_state = [
@@ -613,8 +614,7 @@ class PoplarExecutor:
         self._write_report()
 
     def _count_stages(self, context: DeviceContext) -> int:
-        strategy = self._options._execution_strategy
-        stages = [strategy.stage_of(user_id, ipu) for user_id, ipu in context.blocks]
+        stages = context.block_stages
         return 1 + sum(1 for before, after in zip(stages, stages[1:]) if before != after)
 
     def _check_pipeline(self, stages: int) -> None:
