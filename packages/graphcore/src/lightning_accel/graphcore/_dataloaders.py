@@ -34,7 +34,7 @@ def _factor(options: Any) -> int:
     )
 
 
-class CombinedBatchLoader(DataLoader):  # type: ignore[type-arg]
+class CombinedBatchLoader(DataLoader):
     """A loader over a user's batch sampler whose batches are ``factor`` of the sampler's batches, concatenated.
 
     ``poptorch.DataLoader(batch_sampler=...)`` concatenates ``factor`` collated batches per host call, but its

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-from .enums import DataLoaderMode
+from .enums import DataLoaderMode, SharingStrategy
 from .errors import Error
 from .options import Options
 from .structures import flatten, unflatten
@@ -78,7 +78,7 @@ class DataLoader(torch.utils.data.DataLoader):
             * (options.replication_factor // options.input_group_size)
             * options.Training.gradient_accumulation
         )
-        self.options = options
+        self._options = options
         self._factor = factor
         self._batches_to_combine = 1
         self._combined_drop_last = drop_last
@@ -87,7 +87,7 @@ class DataLoader(torch.utils.data.DataLoader):
             if batch_size != 1 or shuffle:
                 raise Error("`batch_sampler` option is mutually exclusive with batch_size, shuffle.")
             inner = getattr(batch_sampler, "batch_size", None)
-            self.combinedBatchSize: int | None = inner * factor if isinstance(inner, int) else None
+            self._combined: int | None = inner * factor if isinstance(inner, int) else None
             # torch iterates the user's sampler and knows its length; __iter__ combines its batches, so len() is
             # the uncombined count, as in poptorch (__init__.py:468-480, 517-523).
             self._batches_to_combine = factor
@@ -102,21 +102,21 @@ class DataLoader(torch.utils.data.DataLoader):
             return
         if batch_size is None or isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"poptorch.DataLoader(batch_size={batch_size!r}): pass a positive int.")
-        self.combinedBatchSize = batch_size * factor
+        self._combined = batch_size * factor
         if not drop_last and not isinstance(dataset, IterableDataset) and isinstance(dataset, Sized):
-            remainder = len(dataset) % self.combinedBatchSize
+            remainder = len(dataset) % self._combined
             if remainder:
                 log.warning(
                     "The number of elements in the dataset (%d) is not divisible by the number of elements processed "
                     "per step (%d) and drop_last=False. The last tensor will have a batch size of %d. To avoid having "
                     "to handle this special case switch to drop_last=True",
                     len(dataset),
-                    self.combinedBatchSize,
+                    self._combined,
                     remainder,
                 )
         super().__init__(
             dataset,
-            batch_size=self.combinedBatchSize,
+            batch_size=self._combined,
             shuffle=bool(shuffle),
             num_workers=num_workers,
             drop_last=drop_last,
@@ -126,7 +126,20 @@ class DataLoader(torch.utils.data.DataLoader):
 
     @property
     def _combined_batch_size(self) -> int | None:
-        return self.combinedBatchSize
+        return self._combined
+
+    @property
+    def combinedBatchSize(self) -> int | None:
+        """Samples one host call takes: ``batch_size x device_iterations x replicas x gradient_accumulation``."""
+        return self._combined
+
+    @property
+    def options(self) -> Options:
+        """The (frozen) options the loader was built with."""
+        return self._options
+
+    def terminate(self) -> None:
+        """Stop an asynchronous loader's worker (the emulator loads synchronously: nothing to stop)."""
 
     def __iter__(self) -> Any:
         if self._batches_to_combine == 1:
@@ -143,7 +156,16 @@ class AsynchronousDataAccessor:
         [1, 2]
     """
 
-    def __init__(self, dataset: Iterable[Any], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: Iterable[Any],
+        buffer_size: int = 3,
+        miss_sleep_time_in_ms: float = 0.1,
+        load_indefinitely: bool = True,
+        early_preload: bool = False,
+        sharing_strategy: SharingStrategy = SharingStrategy.ForkServer,
+        rebatched_size: int | None = None,
+    ) -> None:
         self._dataset = dataset
 
     def __iter__(self) -> Iterator[Any]:

@@ -82,6 +82,10 @@ class StageManager:
         ipu = stage._ipu if stage._ipu is not None else ipu_id
         return user_id, stage._stage_id, stage._stage_id if ipu is None else ipu
 
+    def reset_auto_id(self) -> None:
+        """Number blocks without ``user_id`` from ``"0"`` again."""
+        self._next_auto_id = 0
+
     def _stage(self, user_id: str, ipu_id: int | None) -> Stage:
         if self._block_map:
             assert user_id in self._block_map, (
@@ -141,6 +145,12 @@ class PipelinedExecution:
         """The stage ``block_id`` belongs to."""
         assert block_id in self._block_map, f"Unknown block {block_id}"
         return self._block_map[block_id]
+
+    def onStartTracing(self) -> None:
+        """Called by poptorch when tracing starts (the emulator's manager is made per trace)."""
+
+    def onEndTracing(self) -> None:
+        """Called by poptorch when tracing ends."""
 
     def stage_manager(self) -> StageManager:
         """A fresh manager for one trace."""

@@ -28,8 +28,10 @@ seen by an attached executor until one of the above copies it there.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
+import datetime
 import inspect
 import logging
 import weakref
@@ -44,6 +46,7 @@ from . import device, report
 from .enums import MeanReductionStrategy, OutputMode, ReductionType
 from .errors import Error
 from .execution import ShardedExecution
+from .left_out import left_out
 from .optim import LAMB, SGD, from_ipu_state, to_ipu_state
 from .optim import Optimizer as PoptorchOptimizer
 from .optimizer_values import OptimizerValues, check_replacement, kind_of, optimizer_values
@@ -52,7 +55,7 @@ from .program import Program, trace
 from .structures import flatten, unflatten
 from .tracing import DeviceContext, final_loss, running_on
 
-__all__ = ["PoplarExecutor", "inferenceModel", "trainingModel"]
+__all__ = ["PoplarExecutor", "inferenceModel", "registerPostCompileHook", "registerPreCompileHook", "trainingModel"]
 
 log = logging.getLogger("poptorch")
 
@@ -64,6 +67,27 @@ _MISMATCH_END = (
     "To recompile the model for the new inputs create a new inferenceModel / trainingModel wrapper or call destroy() "
     "on the curent one and try again."
 )
+# Functions called before and after every compilation (poptorch 3.4 _poplar_executor.py:800-801, 886-887).
+_PRE_COMPILE_HOOKS: collections.OrderedDict[int, Any] = collections.OrderedDict()
+_POST_COMPILE_HOOKS: collections.OrderedDict[int, Any] = collections.OrderedDict()
+
+
+def _register(hooks: collections.OrderedDict[int, Any], hook: Any) -> Any:
+    handle = torch.utils.hooks.RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
+def registerPreCompileHook(hook: Any) -> Any:
+    """Call ``hook()`` before every compilation; returns a handle whose ``remove()`` unregisters it."""
+    return _register(_PRE_COMPILE_HOOKS, hook)
+
+
+def registerPostCompileHook(hook: Any) -> Any:
+    """Call ``hook()`` after every compilation; returns a handle whose ``remove()`` unregisters it."""
+    return _register(_POST_COMPILE_HOOKS, hook)
+
+
 # Modules whose buffers the model may replace while it runs (poptorch 3.4 python/_impl.py:28-35).
 _BUFFERS_CAN_CHANGE = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
 # Models wrapped by a trainingModel that was not destroyed (poptorch allows one at a time), and that wrapper.
@@ -81,7 +105,9 @@ class _Compiled:
         stages: int,
         program: Program,
         state_names: list[str],
+        compile_time: datetime.timedelta,
     ) -> None:
+        self.compile_time = compile_time
         self.signature = signature
         self.context = context
         self.num_ipus = num_ipus
@@ -210,6 +236,55 @@ class PoplarExecutor:
     def options(self) -> Options:
         """The frozen options the executor runs with (output mode resolved)."""
         return self._options
+
+    def compilationTime(self) -> Any:
+        """How long compiling took (a ``datetime.timedelta``; the emulator's trace, not a Poplar compile)."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        assert self._executable is not None
+        return self._executable.compile_time
+
+    def getTensorNames(self) -> list[str]:
+        """Names of the compiled model's weights and buffers."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        assert self._executable is not None
+        return list(self._executable.state_names)
+
+    def getAnchoredTensor(self, short_name: str) -> torch.Tensor:
+        """A tensor anchored with ``Options.anchorTensor``; the emulator returns no internal tensors."""
+        if short_name not in self._options.anchored_tensors:
+            raise Error(f"Tensor {short_name!r} is not anchored: call Options.anchorTensor({short_name!r}, ...) first.")
+        raise Error(
+            f"Anchored tensor {short_name!r}: the emulator runs ATen graphs without PopART tensor names, so it has no "
+            "anchored tensors. Return the tensor from the model instead."
+        )
+
+    def copyNamedBuffersToDevice(self) -> None:
+        """Copy the buffers named by ``Options.updatableNamedBuffers`` to the device."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        names = self._options._Popart.options.get("updatableNamedBuffers")
+        if names is None:
+            raise Error("No named buffers marked as updatable via updatableNamedBuffers option")
+        buffers = dict(self._model.named_buffers())
+        with torch.no_grad():
+            for name in names:
+                self._device_state[name].copy_(buffers[name])
+
+    def rng_state(self, state: list[int]) -> None:
+        """Set the device's random generator state (the emulator seeds torch's generator with its first value)."""
+        torch.manual_seed(int(state[0]) if state else 0)
+
+    save = left_out("poptorch.PoplarExecutor.save")
+    compileAndExport = left_out("poptorch.PoplarExecutor.compileAndExport")
+    loadExecutable = left_out("poptorch.PoplarExecutor.loadExecutable")
+    cycleCount = left_out("poptorch.PoplarExecutor.cycleCount")
+    getPerfCounters = left_out("poptorch.PoplarExecutor.getPerfCounters")
+    getLatency = left_out("poptorch.PoplarExecutor.getLatency")
+    getHostIpuLatency = left_out("poptorch.PoplarExecutor.getHostIpuLatency")
+    getComputeLatency = left_out("poptorch.PoplarExecutor.getComputeLatency")
+    getIpuHostLatency = left_out("poptorch.PoplarExecutor.getIpuHostLatency")
 
     def isCompiled(self) -> bool:
         """Whether the model has been compiled (and not destroyed)."""
@@ -579,6 +654,9 @@ class PoplarExecutor:
         if self.isCompiled():
             log.warning("Call to compile() ignored: the model is already compiled.")
             return
+        started = datetime.datetime.now()
+        for hook in _PRE_COMPILE_HOOKS.values():
+            hook()
         split, spec = self._micro_batches(args, kwargs)
         first_args, first_kwargs = self._micro_batch(split, spec, 0)
         self._upload()
@@ -609,8 +687,16 @@ class PoplarExecutor:
         self._is_attached = True
         self._compiled_optimizer_values = self._optimizer_values
         self._executable = _Compiled(
-            self._signature(first_args, first_kwargs), context, num_ipus, stages, program, state_names
+            self._signature(first_args, first_kwargs),
+            context,
+            num_ipus,
+            stages,
+            program,
+            state_names,
+            datetime.datetime.now() - started,
         )
+        for hook in _POST_COMPILE_HOOKS.values():
+            hook()
         self._write_report()
 
     def _count_stages(self, context: DeviceContext) -> int:

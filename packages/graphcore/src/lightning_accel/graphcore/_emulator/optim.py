@@ -26,18 +26,8 @@ from typing import Any, Iterable
 
 import torch
 
-__all__ = [
-    "LAMB",
-    "SGD",
-    "Adam",
-    "AdamW",
-    "Optimizer",
-    "RMSprop",
-    "VariableAttributes",
-    "from_ipu_state",
-    "state_prefixes",
-    "to_ipu_state",
-]
+# poptorch.optim's own names; the state helpers below serve the emulated executor.
+__all__ = ["LAMB", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop", "VariableAttributes", "logger"]
 
 logger = logging.getLogger("poptorch")
 _ACCUMULATOR_TYPES = (torch.float16, torch.float32)

@@ -100,6 +100,11 @@ class DeviceContext:
         self.blocks.append((name, ipu))
         self.block_stages.append(stage)
 
+    def reset_auto_id(self) -> None:
+        """``Block.useAutoId()``: blocks without ``user_id`` are numbered from ``"0"`` again."""
+        if self._stages is not None:
+            self._stages.reset_auto_id()
+
     def end_block(self) -> None:
         """The enclosing block ended (``Block.__exit__``): later operations stay on its IPU, in no named block."""
         self.current_user_id = None
