@@ -100,3 +100,15 @@ def test_a_block_no_explicit_stage_names_is_refused() -> None:
     opts = poptorch.Options().deviceIterations(2).setExecutionStrategy(poptorch.PipelinedExecution("A", "B", "C"))
     with pytest.raises(AssertionError, match=r"Unknown Block 'D' list of expected Blocks: \['A', 'B', 'C'\]"):
         poptorch.inferenceModel(FourBlocks(), opts)(torch.ones(4, 2))
+
+
+def test_each_replica_keeps_its_own_batchnorm_statistics_and_the_host_reads_replica_0s() -> None:
+    model = FrozenNorm()  # in train mode: the statistics move
+    executor = poptorch.trainingModel(
+        model, poptorch.Options().replicationFactor(2), torch.optim.SGD(model.parameters(), lr=0.0)
+    )
+    x = torch.cat([torch.full((4, 3), 1.0), torch.full((4, 3), 5.0)])  # replica 0 gets the ones, replica 1 the fives
+    executor(x, torch.zeros(8, 1))
+    # BatchNorm's momentum 0.1 from zero: replica 0's running mean is 0.1 x 1; replica 1 never touches it.
+    torch.testing.assert_close(model.norm.running_mean, torch.full((3,), 0.1))
+    executor.destroy()

@@ -164,3 +164,67 @@ def test_betas_as_a_list_in_a_poptorch_optimizer_are_refused_with_the_fix(tmp_pa
 def test_gradient_ascent_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"SGD\(maximize=True\) is not supported on IPUs"):
         fit("ipu", lambda m: torch.optim.SGD(m.parameters(), lr=0.1, maximize=True), tmp_path)
+
+
+def test_trainable_weights_outside_the_optimizer_are_refused(tmp_path: Path) -> None:
+    class Partial(Scheduled):
+        def __init__(self) -> None:
+            super().__init__(lambda m: torch.optim.SGD(m.layer.parameters(), lr=0.1))
+            self.extra = torch.nn.Linear(5, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x) + self.extra(x)
+
+    model = Partial()
+    trainer = Trainer(
+        accelerator=IPUAccelerator(),
+        strategy=IPUStrategy(),
+        devices=1,
+        max_steps=1,
+        default_root_dir=str(tmp_path),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+    )
+    with pytest.raises(
+        ConfigurationError, match=r"trainable parameters extra\.weight, extra\.bias are not in the optimizer"
+    ):
+        trainer.fit(model)
+    # Frozen, they are fine: poptorch trains only weights that require gradients.
+    model.extra.requires_grad_(False)
+    frozen = model.extra.weight.detach().clone()
+    trainer = Trainer(
+        accelerator=IPUAccelerator(),
+        strategy=IPUStrategy(),
+        devices=1,
+        max_steps=2,
+        default_root_dir=str(tmp_path),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+    )
+    trainer.fit(model)
+    torch.testing.assert_close(model.extra.weight, frozen)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda m: poptorch.optim.LAMB(m.parameters(), lr=0.05, accum_type=torch.float16), id="LAMB"),
+        pytest.param(
+            lambda m: poptorch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, use_combined_accum=True),
+            id="SGD-combined",
+        ),
+    ],
+)
+def test_a_users_poptorch_optimizer_is_used_as_it_is(make: Any, tmp_path: Path) -> None:
+    on_ipu = fit("ipu", make, tmp_path)
+    optimizer = on_ipu.trainer.optimizers[0]
+    # The strategy handed poptorch the user's optimizer itself: its device state is there, under PopART's names.
+    assert optimizer.state_dict()["ipu_state"], "the user's optimizer was not the one poptorch ran"
+    if isinstance(optimizer, poptorch.optim.LAMB):
+        assert optimizer.accum_type == torch.float16
+    # On the CPU the same poptorch.optim class is a torch optimizer: the weights must agree.
+    on_cpu = fit("cpu", make, tmp_path)
+    for got, want in strict_zip(on_ipu.parameters(), on_cpu.parameters()):
+        torch.testing.assert_close(got, want)

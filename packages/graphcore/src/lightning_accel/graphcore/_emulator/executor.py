@@ -218,6 +218,7 @@ class PoplarExecutor:
             self._optimizer_values = self._convert_optimizer(optimizer)
         self._is_attached = False
         self._device_state: dict[str, torch.Tensor] = {}
+        self._replica_buffers: list[dict[str, torch.Tensor]] = []
         self._device_optimizer: torch.optim.Optimizer | None = None
         if training:
             # Like poptorch (which swaps the model's class), a model has at most one live training wrapper.
@@ -315,6 +316,13 @@ class PoplarExecutor:
             copy_ = tensor.detach().clone()
             state[name] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) if is_param else copy_
         self._device_state = state
+        # Each replica holds its own buffers (BatchNorm statistics): poptorch does not broadcast them
+        # (options.py:1508-1516). Replica 0's are the executor's, which the host reads back (PopART retrieves one
+        # replica of a variable, VariableRetrievalMode.OnePerGroup).
+        buffers = [name for name, _, is_param in self._host_tensors() if not is_param]
+        self._replica_buffers = [
+            {name: state[name].clone() for name in buffers} for _ in range(self._options.replication_factor - 1)
+        ]
         if self._training and self._optimizer is not None:
             self._build_device_optimizer(self._optimizer)
 
@@ -805,11 +813,14 @@ class PoplarExecutor:
         """Run the compiled program on micro-batch ``index`` of ``inputs`` (weights as they are at that moment)."""
         assert self._executable is not None
         program = self._executable.program
-        state = [self._device_state[name] for name in self._executable.state_names]
+        names = self._executable.state_names
+        states = [[self._device_state[name] for name in names]]
+        states += [[own.get(name, self._device_state[name]) for name in names] for own in self._replica_buffers]
         micro_batches = [leaf.unbind(0) for leaf in inputs]
 
         def run(index: int) -> tuple[Any, torch.Tensor | None]:
-            return program.run(state, [leaf[index] for leaf in micro_batches])
+            # Micro-batches are laid out [device_iterations][gradient_accumulation][replicas].
+            return program.run(states[index % len(states)], [leaf[index] for leaf in micro_batches])
 
         return run
 
