@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+import torchmetrics
 from ipu_models import Linear, blobs
 from lightning.pytorch import Trainer
 from torch.utils.data import DataLoader
@@ -15,8 +16,6 @@ from torch.utils.data import DataLoader
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.graphcore import IPUAccelerator, IPUStrategy
 from lightning_accel.graphcore.sdk import poptorch
-
-torchmetrics = pytest.importorskip("torchmetrics")
 
 ROWS = 64
 

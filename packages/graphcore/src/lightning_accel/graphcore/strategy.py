@@ -491,6 +491,13 @@ class IPUStrategy(ParallelStrategy):
             if stage == RunningStage.TRAINING:
                 raise ConfigurationError("The IPU training model is set up by Trainer.fit only.")
             assert self._step_module is not None
+            if isinstance(key, tuple) and len(key) == 3:
+                name = _STAGE_NAMES[stage]
+                rank_zero_warn(
+                    f"The last {name} batch holds {rows} samples instead of {compiled_rows}: poptorch compiles a "
+                    f"second {name} model for that shape, which takes minutes on IPUs. Choose a batch size that "
+                    "divides the dataset to compile one model."
+                )
             executor = self._poptorch.inferenceModel(self._step_module, self._stage_options(stage))
             self.poptorch_models[key] = executor
             self._compiled_structure[key] = self._structure(training=False)
