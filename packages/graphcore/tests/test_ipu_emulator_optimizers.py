@@ -172,3 +172,28 @@ def test_a_float16_accumulator_switches_the_mean_reduction_to_running(poptorch: 
     strategy = executor.options.Training.meanAccumulationAndReplicationReductionStrategy
     assert strategy == poptorch.MeanReductionStrategy.Running
     executor.destroy()
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.5])
+def test_rmsprop_tensorflow_variant_is_what_the_device_computes(poptorch: ModuleType, momentum: float) -> None:
+    layer = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        layer.weight.fill_(1.0)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return poptorch.identity_loss(self.layer(x), reduction="sum")
+
+    optimizer = poptorch.optim.RMSprop(
+        layer.parameters(), lr=0.1, alpha=0.5, eps=0.0, momentum=momentum, use_tf_variant=True
+    )
+    executor = poptorch.trainingModel(Net(), poptorch.Options(), optimizer)
+    executor(torch.tensor([[2.0]]))  # gradient 2
+    # TensorFlow's variant: the squared average starts at 1, so 0.5 x 1 + 0.5 x 4 = 2.5; the step is lr x 2 / sqrt(2.5)
+    # (the momentum buffer starts at 0, so its first value is that step). PyTorch's would be lr x 2 / sqrt(2).
+    torch.testing.assert_close(layer.weight.detach(), torch.tensor([[1.0 - 0.1 * 2 / 2.5**0.5]]))
+    executor.destroy()

@@ -47,7 +47,7 @@ from .enums import MeanReductionStrategy, OutputMode, ReductionType
 from .errors import Error
 from .execution import ShardedExecution
 from .left_out import left_out
-from .optim import LAMB, SGD, from_ipu_state, to_ipu_state
+from .optim import LAMB, SGD, TensorFlowRMSprop, from_ipu_state, to_ipu_state
 from .optim import Optimizer as PoptorchOptimizer
 from .optimizer_values import OptimizerValues, check_replacement, kind_of, optimizer_values
 from .options import Options
@@ -502,6 +502,8 @@ class PoplarExecutor:
                 "AdamW": torch.optim.AdamW,
                 "RMSprop": torch.optim.RMSprop,
             }[str(kind)]
+            if kind == "RMSprop" and getattr(optimizer, "use_tf_variant", False):
+                torch_kind = TensorFlowRMSprop
             device_optimizer = torch_kind(groups)
         self._device_optimizer = device_optimizer
         if isinstance(optimizer, PoptorchOptimizer):

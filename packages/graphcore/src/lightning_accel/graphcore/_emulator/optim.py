@@ -378,7 +378,7 @@ class AdamW(Optimizer, torch.optim.AdamW):
 class RMSprop(Optimizer, torch.optim.RMSprop):
     """``poptorch.optim.RMSprop`` (no ``max_grad_norm``, as in poptorch 3.4).
 
-    ``use_tf_variant=True`` asks for TensorFlow's variant; the emulator computes PyTorch's.
+    ``use_tf_variant=True`` computes TensorFlow's variant on the device (:class:`TensorFlowRMSprop`).
 
     Example:
         >>> RMSprop(torch.nn.Linear(2, 1).parameters(), lr=0.01).loss_scaling
@@ -547,6 +547,56 @@ class LAMB(Optimizer, torch.optim.Optimizer):
                 update_norm = update.norm()
                 trust = 1.0 if weight_norm == 0 or update_norm == 0 else float(weight_norm / update_norm)
                 param.add_(update, alpha=-group["lr"] * trust)
+        return loss
+
+
+class TensorFlowRMSprop(torch.optim.Optimizer):
+    """The device update of ``RMSprop(use_tf_variant=True)``: TensorFlow's RMSprop, as PopART computes it.
+
+    The squared average starts at ones, ``eps`` is added inside the square root, and with momentum the learning
+    rate is applied before the momentum accumulator (popart ``adaptivedecompose.cpp``, ``rmspropTFVariant``).
+    Weight decay is added to the gradient (L2).
+
+    Example:
+        >>> w = torch.nn.Parameter(torch.ones(1))
+        >>> w.grad = torch.ones(1)
+        >>> TensorFlowRMSprop([w], lr=0.1, alpha=0.9, eps=0.0).step()
+        >>> round(float(w), 4)  # ms = 0.9 + 0.1 = 1, so the step is lr
+        0.9
+    """
+
+    def __init__(self, params: Iterable[Any], **defaults: Any) -> None:
+        base = {"lr": 1e-2, "alpha": 0.99, "eps": 1e-8, "weight_decay": 0.0, "momentum": 0.0, "centered": False}
+        super().__init__(params, {**base, **defaults})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        """One update of every parameter that has a gradient."""
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            alpha, eps, lr, momentum = group["alpha"], group["eps"], group["lr"], group["momentum"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = param.grad.add(param, alpha=group["weight_decay"]) if group["weight_decay"] else param.grad
+                state = self.state[param]
+                if not state:
+                    state["square_avg"] = torch.ones_like(param)
+                    if group["centered"]:
+                        state["grad_avg"] = torch.zeros_like(param)
+                    if momentum:
+                        state["momentum_buffer"] = torch.zeros_like(param)
+                state["square_avg"].mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+                variance = state["square_avg"]
+                if group["centered"]:
+                    state["grad_avg"].mul_(alpha).add_(grad, alpha=1 - alpha)
+                    variance = variance - state["grad_avg"] ** 2
+                update = grad / (variance + eps).sqrt()
+                if "momentum_buffer" in state:
+                    state["momentum_buffer"].mul_(momentum).add_(update, alpha=lr)
+                    param.sub_(state["momentum_buffer"])
+                else:
+                    param.add_(update, alpha=-lr)
         return loss
 
 
