@@ -197,3 +197,22 @@ def test_rmsprop_tensorflow_variant_is_what_the_device_computes(poptorch: Module
     # (the momentum buffer starts at 0, so its first value is that step). PyTorch's would be lr x 2 / sqrt(2).
     torch.testing.assert_close(layer.weight.detach(), torch.tensor([[1.0 - 0.1 * 2 / 2.5**0.5]]))
     executor.destroy()
+
+
+@pytest.mark.parametrize("automatic", [False, True])
+def test_automatic_loss_scaling_makes_the_loss_scale_variable(poptorch: ModuleType, automatic: bool) -> None:
+    model = Regression()
+    optimizer = poptorch.optim.SGD(model.parameters(), lr=0.1)  # loss_scaling not passed: a constant 1.0
+    opts = poptorch.Options()
+    opts.Training.setAutomaticLossScaling(automatic)
+    executor = poptorch.trainingModel(model, opts, optimizer)
+    executor(*_data())
+    optimizer.loss_scaling = 128.0
+    if automatic:
+        # poptorch marks the loss scale variable when the IPU adapts it (_optimizer_attributes.py:155-159).
+        executor.setOptimizer(optimizer)
+        assert not optimizer.variable_attrs.isConstant("loss_scaling")
+    else:
+        with pytest.raises(poptorch.Error, match=r"Values are constant but do not match\."):
+            executor.setOptimizer(optimizer)
+    executor.destroy()
