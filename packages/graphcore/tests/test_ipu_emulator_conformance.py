@@ -112,3 +112,11 @@ def test_each_replica_keeps_its_own_batchnorm_statistics_and_the_host_reads_repl
     # BatchNorm's momentum 0.1 from zero: replica 0's running mean is 0.1 x 1; replica 1 never touches it.
     torch.testing.assert_close(model.norm.running_mean, torch.full((3,), 0.1))
     executor.destroy()
+
+
+def test_dataloader_arguments_as_poptorch_takes_them() -> None:
+    data = TensorDataset(torch.arange(4.0))
+    # batch_size=None is unbatched in poptorch (__init__.py:319-321): one sample per item.
+    assert [item[0].dim() for item in poptorch.DataLoader(poptorch.Options(), data, batch_size=None)] == [0, 0, 0, 0]
+    with pytest.raises(AssertionError, match=r"poptorch\.Options"):
+        poptorch.DataLoader(None, data)  # type: ignore[arg-type]

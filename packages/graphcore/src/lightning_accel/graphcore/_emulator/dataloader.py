@@ -66,10 +66,8 @@ class DataLoader(torch.utils.data.DataLoader):
         batch_sampler: Iterable[list[int]] | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(options, Options):
-            raise TypeError(
-                f"poptorch.DataLoader(options=...) takes a poptorch.Options as first argument, got {options!r}."
-            )
+        # An assert in poptorch 3.4 (__init__.py:311).
+        assert isinstance(options, Options), f"poptorch.DataLoader takes a poptorch.Options first, got {options!r}"
         if not isinstance(mode, DataLoaderMode):
             raise TypeError(f"mode must be a poptorch.DataLoaderMode, got {mode!r}.")
         options._freeze()
@@ -100,8 +98,20 @@ class DataLoader(torch.utils.data.DataLoader):
                 **kwargs,
             )
             return
-        if batch_size is None or isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"poptorch.DataLoader(batch_size={batch_size!r}): pass a positive int.")
+        if batch_size is None:
+            # Unbatched, as in poptorch (__init__.py:319-321): each sample is given to the model as it is.
+            self._combined = None
+            super().__init__(
+                dataset,
+                batch_size=None,
+                shuffle=bool(shuffle),
+                num_workers=num_workers,
+                persistent_workers=bool(persistent_workers) and num_workers > 0,
+                **kwargs,
+            )
+            return
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"poptorch.DataLoader(batch_size={batch_size!r}): pass a positive int or None.")
         self._combined = batch_size * factor
         if not drop_last and not isinstance(dataset, IterableDataset) and isinstance(dataset, Sized):
             remainder = len(dataset) % self._combined
