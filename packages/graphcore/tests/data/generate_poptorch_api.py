@@ -81,7 +81,9 @@ def params(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
 
 def describe(node: ast.stmt) -> dict[str, dict[str, str]]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        kind = "property" if any(ast.unparse(d) == "property" for d in node.decorator_list) else "function"
+        decorators = [ast.unparse(d) for d in node.decorator_list]
+        is_property = any(d == "property" or d.endswith((".setter", ".deleter")) for d in decorators)
+        kind = "property" if is_property else "function"
         return {node.name: {"kind": kind, "params": params(node)}}
     if isinstance(node, ast.ClassDef):
         init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)

@@ -654,13 +654,12 @@ class IPUStrategy(ParallelStrategy):
     @override
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self._check_accumulation_unchanged()
-        # Learning-rate schedulers change the host optimizer: hand its hyper-parameters to the device every step.
-        if RunningStage.TRAINING in self.poptorch_models and self._compiled_structure.get(
-            RunningStage.TRAINING
-        ) != self._structure(training=True):
+        compiled = self._compiled_structure.get(RunningStage.TRAINING)
+        if RunningStage.TRAINING in self.poptorch_models and compiled != self._structure(training=True):
             # A callback changed what trains or how (BackboneFinetuning unfreezes and adds a parameter group,
             # ModelPruning re-parametrizes weights).
             self._rebuild_training_model("the model's parameters, what trains, or the optimizer's groups changed")
+        # Learning-rate schedulers change the host optimizer: hand its hyper-parameters to the device every step.
         executor = self.poptorch_models.get(RunningStage.TRAINING)
         if executor is not None and self._device_optimizer is not None:
             self._set_device_optimizer(executor)

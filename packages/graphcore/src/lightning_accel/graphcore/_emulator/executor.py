@@ -219,6 +219,7 @@ class PoplarExecutor:
         self._is_attached = False
         self._device_state: dict[str, torch.Tensor] = {}
         self._replica_buffers: list[dict[str, torch.Tensor]] = []
+        self._rng_state: list[int] | None = None
         self._device_optimizer: torch.optim.Optimizer | None = None
         if training:
             # Like poptorch (which swaps the model's class), a model has at most one live training wrapper.
@@ -252,15 +253,6 @@ class PoplarExecutor:
         assert self._executable is not None
         return list(self._executable.state_names)
 
-    def getAnchoredTensor(self, short_name: str) -> torch.Tensor:
-        """A tensor anchored with ``Options.anchorTensor``; the emulator returns no internal tensors."""
-        if short_name not in self._options.anchored_tensors:
-            raise Error(f"Tensor {short_name!r} is not anchored: call Options.anchorTensor({short_name!r}, ...) first.")
-        raise Error(
-            f"Anchored tensor {short_name!r}: the emulator runs ATen graphs without PopART tensor names, so it has no "
-            "anchored tensors. Return the tensor from the model instead."
-        )
-
     def copyNamedBuffersToDevice(self) -> None:
         """Copy the buffers named by ``Options.updatableNamedBuffers`` to the device."""
         if not self.isCompiled():
@@ -273,10 +265,23 @@ class PoplarExecutor:
             for name in names:
                 self._device_state[name].copy_(buffers[name])
 
-    def rng_state(self, state: list[int]) -> None:
-        """Set the device's random generator state (the emulator seeds torch's generator with its first value)."""
-        torch.manual_seed(int(state[0]) if state else 0)
+    @property
+    def rng_state(self) -> list[int]:
+        """The seed and state of the device's random generator (the emulator's is torch's: ``[seed]``)."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        seed = self._options.random_seed if self._options.exists("random_seed") else torch.initial_seed()
+        return list(self._rng_state) if self._rng_state is not None else [int(seed)]
 
+    @rng_state.setter
+    def rng_state(self, state: list[int]) -> None:
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        self._rng_state = list(state)
+        # The emulated device draws from torch's generator: seed it with the state's seed.
+        torch.manual_seed(int(state[0]))
+
+    getAnchoredTensor = left_out("poptorch.PoplarExecutor.getAnchoredTensor")
     save = left_out("poptorch.PoplarExecutor.save")
     compileAndExport = left_out("poptorch.PoplarExecutor.compileAndExport")
     loadExecutable = left_out("poptorch.PoplarExecutor.loadExecutable")

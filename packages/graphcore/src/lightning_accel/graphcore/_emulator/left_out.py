@@ -29,6 +29,10 @@ LEFT_OUT: dict[str, str] = {
     "poptorch.PoplarExecutor.getHostIpuLatency": _COUNTERS,
     "poptorch.PoplarExecutor.getComputeLatency": _COUNTERS,
     "poptorch.PoplarExecutor.getIpuHostLatency": _COUNTERS,
+    "poptorch.PoplarExecutor.getAnchoredTensor": (
+        "the emulator runs ATen graphs without PopART's tensor names, so no internal tensor can be anchored; return "
+        "it from the model instead"
+    ),
     "poptorch.custom_op": _CUSTOM,
     "poptorch.CPU": _CUSTOM,
     "poptorch.ctc_beam_search_decoder": "a PopLibs operator without a PyTorch counterpart",
