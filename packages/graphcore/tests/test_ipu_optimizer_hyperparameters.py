@@ -228,3 +228,31 @@ def test_a_users_poptorch_optimizer_is_used_as_it_is(make: Any, tmp_path: Path) 
     on_cpu = fit("cpu", make, tmp_path)
     for got, want in strict_zip(on_ipu.parameters(), on_cpu.parameters()):
         torch.testing.assert_close(got, want)
+
+
+def test_a_host_checkpoint_resumes_a_users_poptorch_optimizer_with_a_warning(tmp_path: Path) -> None:
+    class Switching(Scheduled):
+        """torch's SGD on the CPU, poptorch's on IPUs (as a script that picks the optimizer per device would)."""
+
+        def __init__(self) -> None:
+            super().__init__(self.choose)
+
+        def choose(self, module: LightningModule) -> Any:
+            kind = poptorch.optim.SGD if isinstance(self.trainer.accelerator, IPUAccelerator) else torch.optim.SGD
+            optimizer = kind(module.parameters(), lr=0.1, momentum=0.9)
+            return {
+                "optimizer": optimizer,
+                "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5),
+            }
+
+    options: dict[str, Any] = {"logger": False, "enable_progress_bar": False, "default_root_dir": str(tmp_path)}
+    cpu = Trainer(accelerator="cpu", max_epochs=1, limit_train_batches=2, **options)
+    cpu.fit(Switching())
+    path = tmp_path / "host.ckpt"
+    cpu.save_checkpoint(path)
+    model = Switching()
+    ipu = Trainer(accelerator=IPUAccelerator(), strategy=IPUStrategy(), max_epochs=2, limit_train_batches=2, **options)
+    with pytest.warns(UserWarning, match=r"saved by a torch optimizer on the host \(no 'ipu_state'\)"):
+        ipu.fit(model, ckpt_path=path)
+    # The torch part came through: the scheduler's halving continued from the CPU run's epoch.
+    assert ipu.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**2)

@@ -748,12 +748,18 @@ class IPUStrategy(ParallelStrategy):
         of the device's state tensors are the compiler's, so a checkpoint written by a torch optimizer on the host
         (CPU, GPU) gives its hyper-parameters to the IPU optimizer but not its moments.
         """
-        super().load_optimizer_state_dict(checkpoint)
         states = checkpoint.get("optimizer_states") or []
+        host_state = bool(states) and not ("ipu_state" in states[0] and "ipu_param" in states[0])
+        if host_state and self.optimizers and self.optimizers[0] is self._device_optimizer:
+            # The user's own poptorch.optim optimizer refuses a torch state: give it the torch part (hyper-parameters
+            # and step counts, which learning-rate schedulers read) as a twin gets it.
+            torch.optim.Optimizer.load_state_dict(self.optimizers[0], states[0])
+        else:
+            super().load_optimizer_state_dict(checkpoint)
         if self._device_optimizer is None or not states:
             return
         state = states[0]
-        if "ipu_state" in state and "ipu_param" in state:
+        if not host_state:
             self._device_optimizer.load_state_dict(state)
             return
         if state.get("state"):
