@@ -75,7 +75,10 @@ def test_an_inference_model_follows_the_training_model_of_the_same_model(poptorc
     training = poptorch.trainingModel(model, poptorch.Options(), torch.optim.SGD(model.parameters(), lr=0.5))
     inference = poptorch.inferenceModel(model)
     x, y = _data(4, 0)
+    # poptorch compiles the modes the modules have at the first call and never sets them itself.
+    model.eval()
     before = inference(x, y)[0]
+    model.train()
     training(x, y)
     training.detachFromDevice()
     # The training model's copy of the weights to the host is a new version: the inference model uploads it.

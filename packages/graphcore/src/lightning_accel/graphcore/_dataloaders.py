@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Mapping, Sized
 from types import ModuleType
 from typing import Any
 
+import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_accel.core.errors import ConfigurationError
 
-__all__ = ["to_poptorch_loader"]
+__all__ = ["CombinedBatchLoader", "to_poptorch_loader"]
 
 _COPIED = (
     "num_workers",
@@ -31,6 +32,54 @@ def _factor(options: Any) -> int:
         * (options.replication_factor // options.input_group_size)
         * options.Training.gradient_accumulation
     )
+
+
+class CombinedBatchLoader(DataLoader):
+    """A loader over a user's batch sampler whose batches are ``factor`` of the sampler's batches, concatenated.
+
+    ``poptorch.DataLoader(batch_sampler=...)`` concatenates ``factor`` collated batches per host call, but its
+    ``len()`` is torch's, the sampler's uncombined count (poptorch 3.4 ``python/__init__.py:468-480, 517-523``):
+    Lightning would expect ``factor`` times too many batches (progress, ``val_check_interval``,
+    ``estimated_stepping_batches``). This loader combines the same way and reports the combined count.
+
+    Example:
+        >>> from torch.utils.data import BatchSampler, SequentialSampler, TensorDataset
+        >>> data = TensorDataset(torch.arange(10.0))
+        >>> loader = CombinedBatchLoader(data, BatchSampler(SequentialSampler(data), 2, False), 2, drop_last=True)
+        >>> len(loader), [batch[0].tolist() for batch in loader]
+        (2, [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]])
+    """
+
+    def __init__(self, dataset: Any, batch_sampler: Any, factor: int, drop_last: bool, **kwargs: Any) -> None:
+        super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
+        self.factor = factor
+        self.combined_drop_last = drop_last
+
+    def __len__(self) -> int:
+        full, rest = divmod(super().__len__(), self.factor)
+        return full + (1 if rest and not self.combined_drop_last else 0)
+
+    def __iter__(self) -> Any:
+        group: list[Any] = []
+        for batch in super().__iter__():
+            group.append(batch)
+            if len(group) == self.factor:
+                yield _concatenate(group)
+                group = []
+        if group and not self.combined_drop_last:
+            yield _concatenate(group)
+
+
+def _concatenate(batches: list[Any]) -> Any:
+    first = batches[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(batches)
+    if isinstance(first, Mapping):
+        return type(first)({key: _concatenate([batch[key] for batch in batches]) for key in first})  # type: ignore[call-arg]
+    if isinstance(first, (list, tuple)):
+        items = [_concatenate(list(column)) for column in zip(*batches)]
+        return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)
+    return batches[-1]
 
 
 def to_poptorch_loader(dataloader: object, options: Any, poptorch: ModuleType, name: str) -> object:
@@ -69,8 +118,9 @@ def to_poptorch_loader(dataloader: object, options: Any, poptorch: ModuleType, n
             if isinstance(inner_size, int) and inner_sampler is not None:
                 batch_size, sampler = inner_size, inner_sampler
             else:
-                # batch_size stays at poptorch's default: any other value (None included) is refused with a sampler.
-                return poptorch.DataLoader(options, dataset, batch_sampler=batch_sampler, **kwargs)
+                return CombinedBatchLoader(
+                    dataset, batch_sampler, _factor(options), drop_last="train" in name, **kwargs
+                )
         kwargs["sampler"] = sampler
     if batch_size is None:
         raise ConfigurationError(f"The {name} has batch_size=None; IPUs need a fixed batch size.")

@@ -19,9 +19,15 @@ from lightning.pytorch import LightningModule
 
 from lightning_accel.core.errors import ConfigurationError
 
-__all__ = ["LogBook", "LogRecord", "StepModule"]
+__all__ = ["METRIC_ADVICE", "LogBook", "LogRecord", "StepModule"]
 
 LogRecord = Tuple[str, Dict[str, Any]]  # typing names: evaluated at run time, on Python 3.8 too
+METRIC_ADVICE = (
+    "A torchmetrics Metric cannot be updated inside an IPU step: the step's Python runs once, when poptorch compiles "
+    "it, so the metric would see one micro-batch (and hold tracing tensors on an IPU). Return the predictions and "
+    "targets from the step (e.g. {'loss': loss, 'preds': preds, 'target': y}) and update the metric on the host in "
+    "on_train_batch_end / on_validation_batch_end(outputs, ...), then self.log the metric there or at epoch end."
+)
 
 
 class LogBook:
@@ -52,8 +58,7 @@ class _LogRecorder:
         else:
             raise ConfigurationError(
                 f"self.log({name!r}, <{type(value).__name__}>) is not supported inside an IPU step: log a tensor or a "
-                "number (for a torchmetrics Metric, update it in the step and log metric.compute() in an epoch-end "
-                "hook)."
+                f"number. {METRIC_ADVICE}"
             )
         if tensor.numel() != 1:
             raise ConfigurationError(
@@ -61,6 +66,15 @@ class _LogRecorder:
             )
         self.records.append((name, kwargs))
         self.values.append(tensor.reshape(()))
+
+
+def _metric_updates(module: torch.nn.Module) -> dict[str, Any]:
+    """The update count of every torchmetrics ``Metric`` in ``module`` (found by its ``_update_count``)."""
+    return {
+        name: getattr(sub, "_update_count", None)
+        for name, sub in module.named_modules()
+        if hasattr(sub, "_update_count") and callable(getattr(sub, "compute", None))
+    }
 
 
 class StepModule(torch.nn.Module):
@@ -94,6 +108,7 @@ class StepModule(torch.nn.Module):
 
     def forward(self, *args: Any) -> tuple[Any, tuple[torch.Tensor, ...]]:
         method = self._method()
+        updates = _metric_updates(self.module)
         recorder = _LogRecorder()
         # An instance attribute shadows LightningModule.log for the duration of the step only.
         object.__setattr__(self.module, "log", recorder)
@@ -101,6 +116,9 @@ class StepModule(torch.nn.Module):
             output = getattr(self.module, method)(*args)
         finally:
             object.__delattr__(self.module, "log")
+        updated = [name for name, count in _metric_updates(self.module).items() if count != updates.get(name)]
+        if updated:
+            raise ConfigurationError(f"{method} updates the metric {updated[0]!r}. {METRIC_ADVICE}")
         if method == "training_step":
             output = self._mark_loss(output)
         self.log_book.records = recorder.records

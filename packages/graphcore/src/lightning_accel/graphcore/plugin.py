@@ -35,7 +35,7 @@ PLUGIN = PluginSpec(
     emulates=("ipu",),
     precision={
         "32-true": "float32 weights and inputs (default)",
-        "16-mixed": "float16 inputs; float32 weights unless the model is .half(); no dynamic loss scaling",
+        "16-mixed": "float16 inputs; float32 weights unless the model is .half(); loss scaling from poptorch's options",
         "16-true": "float16 weights and inputs (the model is converted with .half())",
     },
     # The last poptorch pins torch 2.0.1, whose newest Lightning is 2.3.

@@ -1,7 +1,8 @@
 """``IPUPrecision`` (alias ``IPUPrecisionPlugin``): float32, float16 mixed or pure float16 on IPUs.
 
-There is no dynamic loss scaling: poptorch has none. Use ``poptorch.optim`` optimizers with a static
-``loss_scaling`` if float16 gradients underflow.
+For float16 gradients that underflow, poptorch 3.4 has a static loss scale (``poptorch.optim`` optimizers'
+``loss_scaling``) and automatic loss scaling, a preview feature switched on in the training options with
+``Training.setAutomaticLossScaling(True)`` (poptorch ``python/options.py:336-357``).
 """
 
 from __future__ import annotations

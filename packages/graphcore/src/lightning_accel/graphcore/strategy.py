@@ -25,6 +25,7 @@ from lightning_accel.core.pycompat import strict_zip
 from . import sdk
 from ._dataloaders import to_poptorch_loader
 from ._device_options import device_optimizer, resolve_options, sync_hyperparameters
+from ._optimizer_checks import check_every_weight_is_optimized, hyperparameters, refused_change_message
 from ._replication import AutoDevices, replication_from_options, trim_automatic_devices
 from ._step_module import StepModule
 from .accelerator import IPUAccelerator
@@ -159,10 +160,12 @@ class IPUStrategy(ParallelStrategy):
         self._resolved_opts: dict[bool, Any] = {}
         self.poptorch_models: dict[Any, Any] = {}
         self._compiled_rows: dict[Any, int | None] = {}
+        self._compiled_structure: dict[Any, Any] = {}
         self._log_records: dict[int, list[Any]] = {}
         self._ipu_optimizer_state: dict[str, Any] | None = None
         self._step_module: StepModule | None = None
         self._device_optimizer: Any = None
+        self._accepted_hyperparameters: list[dict[str, Any]] = []
         self._saved_engine_options: str | None = None
         self._accumulation = 1
         self._scheduled_accumulation = False
@@ -385,13 +388,65 @@ class IPUStrategy(ParallelStrategy):
         self._step_module = StepModule(module, loss_marker=poptorch.identity_loss)
         if trainer.state.fn == TrainerFn.FITTING:
             self._ipu_optimizer_state = None
-            clip = trainer.gradient_clip_val
-            self._device_optimizer = device_optimizer(
-                self.optimizers[0], poptorch, float(clip) if clip and clip > 0 else None
-            )
+            self._build_training_model()
+
+    def _build_training_model(self) -> None:
+        """Wrap the step for training with a device optimizer built from the host optimizer as it is now."""
+        module = self.lightning_module
+        trainer = self._trainer
+        assert module is not None and trainer is not None
+        poptorch = self._poptorch
+        clip = trainer.gradient_clip_val
+        check_every_weight_is_optimized(module, self.optimizers[0])
+        self._device_optimizer = device_optimizer(
+            self.optimizers[0],
+            poptorch,
+            float(clip) if clip and clip > 0 else None,
+            schedulers=[config.scheduler for config in self.lr_scheduler_configs],
+        )
+        self._accepted_hyperparameters = hyperparameters(self._device_optimizer)
+        try:
             self.poptorch_models[RunningStage.TRAINING] = poptorch.trainingModel(
                 self._step_module, self._stage_options(RunningStage.TRAINING), optimizer=self._device_optimizer
             )
+        except (poptorch.Error, AssertionError, ValueError) as err:
+            # poptorch converts the optimizer here (_poplar_executor.py:241-242) and asserts on what it cannot use.
+            raise ConfigurationError(
+                f"poptorch refused the optimizer {type(self.optimizers[0]).__name__}: "
+                f"{getattr(err, 'message', None) or err}. Check its hyper-parameters in configure_optimizers."
+            ) from err
+        self._compiled_structure[RunningStage.TRAINING] = self._structure(training=True)
+
+    def _structure(self, training: bool) -> Any:
+        """What a compiled model depends on: the names and shapes of the weights.
+
+        For training also what trains, and how the optimizer groups it.
+        """
+        module = self.lightning_module
+        assert module is not None
+        weights = tuple(
+            (name, tuple(tensor.shape), training and tensor.requires_grad)
+            for name, tensor in (*module.named_parameters(), *module.named_buffers())
+        )
+        if not training:
+            return weights
+        groups = tuple(tuple(id(p) for p in group["params"]) for group in self.optimizers[0].param_groups)
+        return weights, groups
+
+    def _rebuild_training_model(self, reason: str) -> None:
+        """Compile the training model again, as poptorch needs after ``destroy()``; the device state carries over."""
+        rank_zero_warn(
+            f"The IPU training model is compiled again because {reason}. poptorch compiles the model for fixed "
+            "weights, trainable parameters, optimizer groups and batch shapes; on IPUs each compile takes minutes."
+        )
+        old = self.poptorch_models.pop(RunningStage.TRAINING)
+        state = dict(self._device_optimizer.state_dict()) if self._device_optimizer is not None else {}
+        old.destroy()
+        self._compiled_rows.pop(RunningStage.TRAINING, None)
+        self._build_training_model()
+        if state.get("ipu_state") is not None and self._device_optimizer is not None:
+            # The moments of weights the new model still has are written to it (by name) when it compiles.
+            self._device_optimizer.set_state_dict({"ipu_state": state["ipu_state"], "ipu_param": state["ipu_param"]})
 
     @override
     def setup_optimizers(self, trainer: Trainer) -> None:
@@ -420,15 +475,32 @@ class IPUStrategy(ParallelStrategy):
         base: Any = RunningStage.VALIDATING if stage == RunningStage.SANITY_CHECKING else stage
         key: Any = (base, dataloader_idx) if dataloader_idx else base
         compiled_rows = self._compiled_rows.setdefault(key, rows)
-        if stage != RunningStage.TRAINING and rows is not None and compiled_rows != rows:
+        if stage == RunningStage.TRAINING and rows is not None and compiled_rows != rows:
+            # The batch size changed (Tuner.scale_batch_size): poptorch needs a new model for the new shape.
+            self._rebuild_training_model(f"the training batches now hold {rows} samples instead of {compiled_rows}")
+            self._compiled_rows[key] = rows
+        elif stage != RunningStage.TRAINING and rows is not None and compiled_rows != rows:
             key = (base, dataloader_idx, rows)
         executor = self.poptorch_models.get(key)
+        if executor is not None and stage != RunningStage.TRAINING:
+            if self._compiled_structure.get(key) != self._structure(training=False):
+                # A callback changed the weights (pruning's weight_orig and weight_mask): compile again.
+                self.poptorch_models.pop(key).destroy()
+                executor = None
         if executor is None:
             if stage == RunningStage.TRAINING:
                 raise ConfigurationError("The IPU training model is set up by Trainer.fit only.")
             assert self._step_module is not None
+            if isinstance(key, tuple) and len(key) == 3:
+                name = _STAGE_NAMES[stage]
+                rank_zero_warn(
+                    f"The last {name} batch holds {rows} samples instead of {compiled_rows}: poptorch compiles a "
+                    f"second {name} model for that shape, which takes minutes on IPUs. Choose a batch size that "
+                    "divides the dataset to compile one model."
+                )
             executor = self._poptorch.inferenceModel(self._step_module, self._stage_options(stage))
             self.poptorch_models[key] = executor
+            self._compiled_structure[key] = self._structure(training=False)
         return executor
 
     def _detach_others(self, keep: Any) -> None:
@@ -582,14 +654,32 @@ class IPUStrategy(ParallelStrategy):
     @override
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self._check_accumulation_unchanged()
+        compiled = self._compiled_structure.get(RunningStage.TRAINING)
+        if RunningStage.TRAINING in self.poptorch_models and compiled != self._structure(training=True):
+            # A callback changed what trains or how (BackboneFinetuning unfreezes and adds a parameter group,
+            # ModelPruning re-parametrizes weights).
+            self._rebuild_training_model("the model's parameters, what trains, or the optimizer's groups changed")
         # Learning-rate schedulers change the host optimizer: hand its hyper-parameters to the device every step.
         executor = self.poptorch_models.get(RunningStage.TRAINING)
         if executor is not None and self._device_optimizer is not None:
-            sync_hyperparameters(self.optimizers[0], self._device_optimizer)
-            executor.setOptimizer(self._device_optimizer)
+            self._set_device_optimizer(executor)
         if batch_idx == 0:
             # Callbacks may have edited the host weights between epochs (weight averaging, pruning, rescaling).
             self.copy_weights_to_device()
+
+    def _set_device_optimizer(self, executor: Any) -> None:
+        """Hand the host optimizer's current hyper-parameters to the device; a refused change says which and why."""
+        sync_hyperparameters(self.optimizers[0], self._device_optimizer)
+        poptorch = self._poptorch
+        try:
+            executor.setOptimizer(self._device_optimizer)
+        except (poptorch.Error, AssertionError, ValueError) as err:
+            raise ConfigurationError(
+                refused_change_message(
+                    self.optimizers[0], self._device_optimizer, self._accepted_hyperparameters, err, poptorch
+                )
+            ) from err
+        self._accepted_hyperparameters = hyperparameters(self._device_optimizer)
 
     def copy_weights_to_device(self) -> None:
         """Copy the host model's weights to the attached training model on the IPUs.
@@ -658,12 +748,18 @@ class IPUStrategy(ParallelStrategy):
         of the device's state tensors are the compiler's, so a checkpoint written by a torch optimizer on the host
         (CPU, GPU) gives its hyper-parameters to the IPU optimizer but not its moments.
         """
-        super().load_optimizer_state_dict(checkpoint)
         states = checkpoint.get("optimizer_states") or []
+        host_state = bool(states) and not ("ipu_state" in states[0] and "ipu_param" in states[0])
+        if host_state and self.optimizers and self.optimizers[0] is self._device_optimizer:
+            # The user's own poptorch.optim optimizer refuses a torch state: give it the torch part (hyper-parameters
+            # and step counts, which learning-rate schedulers read) as a twin gets it.
+            torch.optim.Optimizer.load_state_dict(self.optimizers[0], states[0])
+        else:
+            super().load_optimizer_state_dict(checkpoint)
         if self._device_optimizer is None or not states:
             return
         state = states[0]
-        if "ipu_state" in state and "ipu_param" in state:
+        if not host_state:
             self._device_optimizer.load_state_dict(state)
             return
         if state.get("state"):
@@ -686,6 +782,7 @@ class IPUStrategy(ParallelStrategy):
             self._ipu_optimizer_state = dict(self._device_optimizer.state_dict())
         self.poptorch_models.clear()
         self._compiled_rows.clear()
+        self._compiled_structure.clear()
         self._log_records.clear()
         self._step_module = None
         self._device_optimizer = None

@@ -2,8 +2,10 @@
 
 With ``LIGHTNING_ACCEL_EMULATE`` including ``ipu`` it answers ``import poptorch`` (and ``poptorch.optim``) and is
 what :mod:`lightning_accel.graphcore.sdk` hands out, even where the real poptorch is installed: an explicit request
-to emulate wins. It emulates ``LIGHTNING_ACCEL_EMULATED_DEVICES`` IPUs (default 8) on the backing device.
-What it reproduces and where it differs from hardware is listed in the package README.
+to emulate wins. It emulates ``LIGHTNING_ACCEL_EMULATED_DEVICES`` IPUs (default 8) on the backing device. It has
+poptorch 3.4's whole public Python API; the names it does not reproduce are listed, with the reason, in
+:mod:`.left_out` and raise ``poptorch.Error`` when used. What it reproduces and where it differs from hardware is
+listed in ``docs/emulator.md``.
 
 Example:
     >>> import torch
@@ -17,40 +19,166 @@ Example:
 
 from __future__ import annotations
 
-from . import optim
-from .blocks import BeginBlock, Block, BlockFunction, LegacyBeginBlockFn
+from . import enums, ops, optim
+from .annotations import ICustomArgParser, MultiConv, NameScope
+from .blocks import BeginBlock, Block, BlockFunction, BlockId, LegacyBeginBlockFn, removeBlocks
 from .dataloader import AsynchronousDataAccessor, DataLoader
 from .device import ipuHardwareIsAvailable, ipuHardwareVersion
-from .enums import AutoStage, DataLoaderMode, OutputMode, ReductionType
-from .errors import Error
-from .execution import PipelinedExecution, ShardedExecution, Stage
-from .executor import PoplarExecutor, inferenceModel, trainingModel
-from .ops import identity_loss
-from .options import Options
+from .enums import (
+    AutoStage,
+    CommGroupType,
+    ConnectionType,
+    DataLoaderMode,
+    HalfFloatCastingBehavior,
+    Liveness,
+    MatMulSerializationMode,
+    MeanReductionStrategy,
+    MultiConvPlanType,
+    OutputMode,
+    OverlapMode,
+    ReductionType,
+    SharingStrategy,
+    SyncPattern,
+    VariableRetrievalMode,
+)
+from .errors import Error, RecoverableError, UnrecoverableError
+from .execution import (
+    ParallelPhasedExecution,
+    Phase,
+    PipelinedExecution,
+    SerialPhasedExecution,
+    ShardedExecution,
+    Stage,
+)
+from .executor import PoplarExecutor, inferenceModel, registerPostCompileHook, registerPreCompileHook, trainingModel
+from .left_out import left_out
+from .ops import (
+    ATTR_PREFIX,
+    attributes_lists,
+    createPoptorchError,
+    dynamic_slice,
+    dynamic_update,
+    flattenTensorStructure,
+    for_loop,
+    identity_loss,
+    ipu_print_tensor,
+    isRunningOnIpu,
+    logger,
+    module_repr,
+    nop,
+    poptorchAtExit,
+    print,
+    recomputationCheckpoint,
+    reconstructTensorStructure,
+    serializedMatMul,
+    set_available_memory,
+    set_overlap_for_input,
+    set_overlap_for_output,
+    setLogLevel,
+)
+from .options import Attribute, ConfigFileError, Options, TensorLocationSettings
+
+CPU = left_out("poptorch.CPU")
+accessAttributes = left_out("poptorch.accessAttributes")
+cond = left_out("poptorch.cond")
+ctc_beam_search_decoder = left_out("poptorch.ctc_beam_search_decoder")
+custom_op = left_out("poptorch.custom_op")
+fps = left_out("poptorch.fps")
+getIpuTensorId = left_out("poptorch.getIpuTensorId")
+importPoptorchMetadataFromFile = left_out("poptorch.importPoptorchMetadataFromFile")
+load = left_out("poptorch.load")
+nearest = left_out("poptorch.nearest")
+poptorch_core = left_out("poptorch.poptorch_core")
+profiling = left_out("poptorch.profiling")
+registerCustomArgParser = left_out("poptorch.registerCustomArgParser")
+registerGeometricCustomArgParsers = left_out("poptorch.registerGeometricCustomArgParsers")
 
 __all__ = [
+    "ATTR_PREFIX",
+    "CPU",
     "AsynchronousDataAccessor",
+    "Attribute",
     "AutoStage",
     "BeginBlock",
     "Block",
     "BlockFunction",
+    "BlockId",
+    "CommGroupType",
+    "ConfigFileError",
+    "ConnectionType",
     "DataLoader",
     "DataLoaderMode",
     "Error",
+    "HalfFloatCastingBehavior",
+    "ICustomArgParser",
     "LegacyBeginBlockFn",
+    "Liveness",
+    "MatMulSerializationMode",
+    "MeanReductionStrategy",
+    "MultiConv",
+    "MultiConvPlanType",
+    "NameScope",
     "Options",
     "OutputMode",
+    "OverlapMode",
+    "ParallelPhasedExecution",
+    "Phase",
     "PipelinedExecution",
     "PoplarExecutor",
+    "RecoverableError",
     "ReductionType",
+    "SerialPhasedExecution",
     "ShardedExecution",
+    "SharingStrategy",
     "Stage",
+    "SyncPattern",
+    "TensorLocationSettings",
+    "UnrecoverableError",
+    "VariableRetrievalMode",
     "__version__",
+    "accessAttributes",
+    "attributes_lists",
+    "cond",
+    "createPoptorchError",
+    "ctc_beam_search_decoder",
+    "custom_op",
+    "dynamic_slice",
+    "dynamic_update",
+    "enums",
+    "flattenTensorStructure",
+    "for_loop",
+    "fps",
+    "getIpuTensorId",
     "identity_loss",
+    "importPoptorchMetadataFromFile",
     "inferenceModel",
     "ipuHardwareIsAvailable",
     "ipuHardwareVersion",
+    "ipu_print_tensor",
+    "isRunningOnIpu",
+    "load",
+    "logger",
+    "module_repr",
+    "nearest",
+    "nop",
+    "ops",
     "optim",
+    "poptorchAtExit",
+    "poptorch_core",
+    "print",
+    "profiling",
+    "recomputationCheckpoint",
+    "reconstructTensorStructure",
+    "registerCustomArgParser",
+    "registerGeometricCustomArgParsers",
+    "registerPostCompileHook",
+    "registerPreCompileHook",
+    "removeBlocks",
+    "serializedMatMul",
+    "setLogLevel",
+    "set_available_memory",
+    "set_overlap_for_input",
+    "set_overlap_for_output",
     "trainingModel",
 ]
 

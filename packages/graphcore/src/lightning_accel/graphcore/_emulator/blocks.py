@@ -14,7 +14,9 @@ import torch
 from .errors import Error
 from .tracing import current_context
 
-__all__ = ["BeginBlock", "Block", "BlockFunction", "LegacyBeginBlockFn"]
+__all__ = ["BeginBlock", "Block", "BlockFunction", "BlockId", "LegacyBeginBlockFn", "removeBlocks"]
+
+BlockId = str
 
 _F = TypeVar("_F", bound="Callable[..., Any]")
 _M = TypeVar("_M")
@@ -42,8 +44,10 @@ class LegacyBeginBlockFn:
         6
     """
 
-    def __init__(self, fn: Callable[..., Any], user_id: str | None, ipu_id: int | None) -> None:
-        self._fn = fn
+    def __init__(
+        self, layer_to_call: Callable[..., Any], user_id: str | None = None, ipu_id: int | None = None
+    ) -> None:
+        self._fn = layer_to_call
         self._hook = _BlockHook(user_id, ipu_id)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -97,10 +101,22 @@ class Block:
         self.user_id = user_id
         self.ipu_id = ipu_id
 
-    def __enter__(self) -> Block:
+    @staticmethod
+    def useAutoId() -> None:
+        """Number the blocks without ``user_id`` from ``"0"`` again (call it at the start of ``forward``)."""
         context = current_context()
         if context is not None:
-            context.start_block(self.user_id, self.ipu_id)
+            context.reset_auto_id()
+
+    @staticmethod
+    def start(user_id: str | None = None, ipu_id: int | None = None) -> None:
+        """Start a block without a ``with`` statement (it lasts until the next one starts)."""
+        context = current_context()
+        if context is not None:
+            context.start_block(user_id, ipu_id)
+
+    def __enter__(self) -> Block:
+        Block.start(self.user_id, self.ipu_id)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -131,3 +147,18 @@ def BlockFunction(user_id: str | None = None, ipu_id: int | None = None) -> Call
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def removeBlocks(module: torch.nn.Module) -> None:
+    """Remove the ``BeginBlock`` annotations from ``module`` and its submodules.
+
+    Example:
+        >>> layer = BeginBlock(torch.nn.Linear(2, 2), ipu_id=1)
+        >>> removeBlocks(layer)
+        >>> len(layer._forward_pre_hooks)
+        0
+    """
+    assert isinstance(module, torch.nn.Module)
+    for sub in module.modules():
+        for key in [key for key, hook in sub._forward_pre_hooks.items() if isinstance(hook, _BlockHook)]:
+            del sub._forward_pre_hooks[key]

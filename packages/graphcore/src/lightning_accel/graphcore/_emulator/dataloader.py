@@ -9,40 +9,32 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-from .enums import DataLoaderMode
+from .enums import DataLoaderMode, SharingStrategy
 from .errors import Error
 from .options import Options
+from .structures import flatten, unflatten
 
 __all__ = ["AsynchronousDataAccessor", "DataLoader"]
 
 log = logging.getLogger("poptorch")
 
 
-class _CombinedBatchSampler:
-    """Concatenates ``factor`` consecutive batches of a batch sampler into one host batch."""
+def _combined_batches(batches: Iterable[Any], factor: int, drop_last: bool) -> Iterator[Any]:
+    """Concatenate ``factor`` consecutive collated batches along dimension 0 (``_utils.py:151-175``, poptorch 3.4)."""
+    group: list[Any] = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == factor:
+            yield _concatenate(group)
+            group = []
+    if group and not drop_last:
+        yield _concatenate(group)
 
-    def __init__(self, batch_sampler: Iterable[list[int]], factor: int, drop_last: bool) -> None:
-        self.batch_sampler = batch_sampler
-        self.factor = factor
-        self.drop_last = drop_last
 
-    def __iter__(self) -> Iterator[list[int]]:
-        group: list[int] = []
-        count = 0
-        for batch in self.batch_sampler:
-            group.extend(batch)
-            count += 1
-            if count == self.factor:
-                yield group
-                group, count = [], 0
-        if group and not self.drop_last:
-            yield group
-
-    def __len__(self) -> int:
-        if not isinstance(self.batch_sampler, Sized):
-            raise TypeError("The batch sampler has no length.")
-        full, rest = divmod(len(self.batch_sampler), self.factor)
-        return full + (1 if rest and not self.drop_last else 0)
+def _concatenate(batches: list[Any]) -> Any:
+    leaves = [flatten(batch)[0] for batch in batches]
+    combined = [torch.cat(column) if isinstance(column[0], torch.Tensor) else column[-1] for column in zip(*leaves)]
+    return unflatten(combined, flatten(batches[-1])[1])
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -74,10 +66,8 @@ class DataLoader(torch.utils.data.DataLoader):
         batch_sampler: Iterable[list[int]] | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(options, Options):
-            raise TypeError(
-                f"poptorch.DataLoader(options=...) takes a poptorch.Options as first argument, got {options!r}."
-            )
+        # An assert in poptorch 3.4 (__init__.py:311).
+        assert isinstance(options, Options), f"poptorch.DataLoader takes a poptorch.Options first, got {options!r}"
         if not isinstance(mode, DataLoaderMode):
             raise TypeError(f"mode must be a poptorch.DataLoaderMode, got {mode!r}.")
         options._freeze()
@@ -86,39 +76,57 @@ class DataLoader(torch.utils.data.DataLoader):
             * (options.replication_factor // options.input_group_size)
             * options.Training.gradient_accumulation
         )
-        self.options = options
+        self._options = options
         self._factor = factor
+        self._batches_to_combine = 1
+        self._combined_drop_last = drop_last
         if batch_sampler is not None:
             # poptorch 3.4 __init__.py:293-297: batch_size must stay at its default (1), None included.
             if batch_size != 1 or shuffle:
                 raise Error("`batch_sampler` option is mutually exclusive with batch_size, shuffle.")
             inner = getattr(batch_sampler, "batch_size", None)
-            self.combinedBatchSize: int | None = inner * factor if isinstance(inner, int) else None
+            self._combined: int | None = inner * factor if isinstance(inner, int) else None
+            # torch iterates the user's sampler and knows its length; __iter__ combines its batches, so len() is
+            # the uncombined count, as in poptorch (__init__.py:468-480, 517-523).
+            self._batches_to_combine = factor
+            self._combined_drop_last = drop_last
             super().__init__(
                 dataset,
-                batch_sampler=_CombinedBatchSampler(batch_sampler, factor, drop_last),
+                batch_sampler=batch_sampler,
                 num_workers=num_workers,
                 persistent_workers=bool(persistent_workers) and num_workers > 0,
                 **kwargs,
             )
             return
-        if batch_size is None or isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"poptorch.DataLoader(batch_size={batch_size!r}): pass a positive int.")
-        self.combinedBatchSize = batch_size * factor
+        if batch_size is None:
+            # Unbatched, as in poptorch (__init__.py:319-321): each sample is given to the model as it is.
+            self._combined = None
+            super().__init__(
+                dataset,
+                batch_size=None,
+                shuffle=bool(shuffle),
+                num_workers=num_workers,
+                persistent_workers=bool(persistent_workers) and num_workers > 0,
+                **kwargs,
+            )
+            return
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"poptorch.DataLoader(batch_size={batch_size!r}): pass a positive int or None.")
+        self._combined = batch_size * factor
         if not drop_last and not isinstance(dataset, IterableDataset) and isinstance(dataset, Sized):
-            remainder = len(dataset) % self.combinedBatchSize
+            remainder = len(dataset) % self._combined
             if remainder:
                 log.warning(
                     "The number of elements in the dataset (%d) is not divisible by the number of elements processed "
                     "per step (%d) and drop_last=False. The last tensor will have a batch size of %d. To avoid having "
                     "to handle this special case switch to drop_last=True",
                     len(dataset),
-                    self.combinedBatchSize,
+                    self._combined,
                     remainder,
                 )
         super().__init__(
             dataset,
-            batch_size=self.combinedBatchSize,
+            batch_size=self._combined,
             shuffle=bool(shuffle),
             num_workers=num_workers,
             drop_last=drop_last,
@@ -128,7 +136,25 @@ class DataLoader(torch.utils.data.DataLoader):
 
     @property
     def _combined_batch_size(self) -> int | None:
-        return self.combinedBatchSize
+        return self._combined
+
+    @property
+    def combinedBatchSize(self) -> int | None:
+        """Samples one host call takes: ``batch_size x device_iterations x replicas x gradient_accumulation``."""
+        return self._combined
+
+    @property
+    def options(self) -> Options:
+        """The (frozen) options the loader was built with."""
+        return self._options
+
+    def terminate(self) -> None:
+        """Stop an asynchronous loader's worker (the emulator loads synchronously: nothing to stop)."""
+
+    def __iter__(self) -> Any:
+        if self._batches_to_combine == 1:
+            return super().__iter__()
+        return _combined_batches(super().__iter__(), self._batches_to_combine, self._combined_drop_last)
 
 
 class AsynchronousDataAccessor:
@@ -140,7 +166,16 @@ class AsynchronousDataAccessor:
         [1, 2]
     """
 
-    def __init__(self, dataset: Iterable[Any], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: Iterable[Any],
+        buffer_size: int = 3,
+        miss_sleep_time_in_ms: float = 0.1,
+        load_indefinitely: bool = True,
+        early_preload: bool = False,
+        sharing_strategy: SharingStrategy = SharingStrategy.ForkServer,
+        rebatched_size: int | None = None,
+    ) -> None:
         self._dataset = dataset
 
     def __iter__(self) -> Iterator[Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["Error"]
+__all__ = ["Error", "RecoverableError", "UnrecoverableError"]
 
 
 class Error(RuntimeError):
@@ -22,3 +22,15 @@ class Error(RuntimeError):
         self.type = error_type
         self.message = message
         self.location = ""
+
+
+class RecoverableError(Error):
+    """A runtime error after which the IPU can be used again once ``recovery_action`` is done."""
+
+    def __init__(self, message: str, error_type: str = "poptorch_py_error", recovery_action: str = "") -> None:
+        super().__init__(message, error_type)
+        self.recovery_action = recovery_action
+
+
+class UnrecoverableError(Error):
+    """A runtime error after which the IPU cannot be used again in this process."""

@@ -28,8 +28,10 @@ seen by an attached executor until one of the above copies it there.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
+import datetime
 import inspect
 import logging
 import weakref
@@ -41,16 +43,19 @@ import torch
 from lightning_accel.core.pycompat import strict_zip
 
 from . import device, report
-from .enums import AutoStage, OutputMode, ReductionType
+from .enums import MeanReductionStrategy, OutputMode, ReductionType
 from .errors import Error
 from .execution import ShardedExecution
-from .optim import SUPPORTED_TYPES, DeviceOptimizerMixin, from_ipu_state, to_ipu_state
+from .left_out import left_out
+from .optim import LAMB, SGD, TensorFlowRMSprop, from_ipu_state, to_ipu_state
+from .optim import Optimizer as PoptorchOptimizer
+from .optimizer_values import OptimizerValues, check_replacement, kind_of, optimizer_values
 from .options import Options
 from .program import Program, trace
 from .structures import flatten, unflatten
 from .tracing import DeviceContext, final_loss, running_on
 
-__all__ = ["PoplarExecutor", "inferenceModel", "trainingModel"]
+__all__ = ["PoplarExecutor", "inferenceModel", "registerPostCompileHook", "registerPreCompileHook", "trainingModel"]
 
 log = logging.getLogger("poptorch")
 
@@ -62,6 +67,29 @@ _MISMATCH_END = (
     "To recompile the model for the new inputs create a new inferenceModel / trainingModel wrapper or call destroy() "
     "on the curent one and try again."
 )
+# Functions called before and after every compilation (poptorch 3.4 _poplar_executor.py:800-801, 886-887).
+_PRE_COMPILE_HOOKS: collections.OrderedDict[int, Any] = collections.OrderedDict()
+_POST_COMPILE_HOOKS: collections.OrderedDict[int, Any] = collections.OrderedDict()
+
+
+def _register(hooks: collections.OrderedDict[int, Any], hook: Any) -> Any:
+    handle = torch.utils.hooks.RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
+def registerPreCompileHook(hook: Any) -> Any:
+    """Call ``hook()`` before every compilation; returns a handle whose ``remove()`` unregisters it."""
+    return _register(_PRE_COMPILE_HOOKS, hook)
+
+
+def registerPostCompileHook(hook: Any) -> Any:
+    """Call ``hook()`` after every compilation; returns a handle whose ``remove()`` unregisters it."""
+    return _register(_POST_COMPILE_HOOKS, hook)
+
+
+# Modules whose buffers the model may replace while it runs (poptorch 3.4 python/_impl.py:28-35).
+_BUFFERS_CAN_CHANGE = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
 # Models wrapped by a trainingModel that was not destroyed (poptorch allows one at a time), and that wrapper.
 _training_wrapped: weakref.WeakKeyDictionary[torch.nn.Module, weakref.ref[PoplarExecutor]] = weakref.WeakKeyDictionary()
 
@@ -77,7 +105,9 @@ class _Compiled:
         stages: int,
         program: Program,
         state_names: list[str],
+        compile_time: datetime.timedelta,
     ) -> None:
+        self.compile_time = compile_time
         self.signature = signature
         self.context = context
         self.num_ipus = num_ipus
@@ -155,7 +185,8 @@ class PoplarExecutor:
             if resolved.defaultOutputMode():
                 resolved.outputMode(OutputMode.Final)
             if optimizer is None:
-                optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+                # poptorch's default (_poplar_executor.py:171-172).
+                optimizer = SGD(model.parameters(), lr=0.01)
         else:
             if resolved.defaultOutputMode():
                 resolved.outputMode(OutputMode.All)
@@ -177,12 +208,18 @@ class PoplarExecutor:
         self._host_weights_version = 0
         self._options = resolved
         self._training = training
-        self._optimizer = optimizer
-        if optimizer is not None:
-            self._check_optimizer(optimizer)
         self._executable: _Compiled | None = None
+        self._optimizer = optimizer
+        # What PopART was (or will be) given, and what the compiled program holds (poptorch converts the optimizer
+        # when the executor is built, _poplar_executor.py:241-242).
+        self._optimizer_values: OptimizerValues | None = None
+        self._compiled_optimizer_values: OptimizerValues | None = None
+        if optimizer is not None:
+            self._optimizer_values = self._convert_optimizer(optimizer)
         self._is_attached = False
         self._device_state: dict[str, torch.Tensor] = {}
+        self._replica_buffers: list[dict[str, torch.Tensor]] = []
+        self._rng_state: list[int] | None = None
         self._device_optimizer: torch.optim.Optimizer | None = None
         if training:
             # Like poptorch (which swaps the model's class), a model has at most one live training wrapper.
@@ -201,6 +238,59 @@ class PoplarExecutor:
     def options(self) -> Options:
         """The frozen options the executor runs with (output mode resolved)."""
         return self._options
+
+    def compilationTime(self) -> Any:
+        """How long compiling took (a ``datetime.timedelta``; the emulator's trace, not a Poplar compile)."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        assert self._executable is not None
+        return self._executable.compile_time
+
+    def getTensorNames(self) -> list[str]:
+        """Names of the compiled model's weights and buffers."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        assert self._executable is not None
+        return list(self._executable.state_names)
+
+    def copyNamedBuffersToDevice(self) -> None:
+        """Copy the buffers named by ``Options.updatableNamedBuffers`` to the device."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        names = self._options._Popart.options.get("updatableNamedBuffers")
+        if names is None:
+            raise Error("No named buffers marked as updatable via updatableNamedBuffers option")
+        buffers = dict(self._model.named_buffers())
+        with torch.no_grad():
+            for name in names:
+                self._device_state[name].copy_(buffers[name])
+
+    @property
+    def rng_state(self) -> list[int]:
+        """The seed and state of the device's random generator (the emulator's is torch's: ``[seed]``)."""
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        seed = self._options.random_seed if self._options.exists("random_seed") else torch.initial_seed()
+        return list(self._rng_state) if self._rng_state is not None else [int(seed)]
+
+    @rng_state.setter
+    def rng_state(self, state: list[int]) -> None:
+        if not self.isCompiled():
+            raise Error(NO_EXECUTABLE_ERR)
+        self._rng_state = list(state)
+        # The emulated device draws from torch's generator: seed it with the state's seed.
+        torch.manual_seed(int(state[0]))
+
+    getAnchoredTensor = left_out("poptorch.PoplarExecutor.getAnchoredTensor")
+    save = left_out("poptorch.PoplarExecutor.save")
+    compileAndExport = left_out("poptorch.PoplarExecutor.compileAndExport")
+    loadExecutable = left_out("poptorch.PoplarExecutor.loadExecutable")
+    cycleCount = left_out("poptorch.PoplarExecutor.cycleCount")
+    getPerfCounters = left_out("poptorch.PoplarExecutor.getPerfCounters")
+    getLatency = left_out("poptorch.PoplarExecutor.getLatency")
+    getHostIpuLatency = left_out("poptorch.PoplarExecutor.getHostIpuLatency")
+    getComputeLatency = left_out("poptorch.PoplarExecutor.getComputeLatency")
+    getIpuHostLatency = left_out("poptorch.PoplarExecutor.getIpuHostLatency")
 
     def isCompiled(self) -> bool:
         """Whether the model has been compiled (and not destroyed)."""
@@ -231,6 +321,13 @@ class PoplarExecutor:
             copy_ = tensor.detach().clone()
             state[name] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) if is_param else copy_
         self._device_state = state
+        # Each replica holds its own buffers (BatchNorm statistics): poptorch does not broadcast them
+        # (options.py:1508-1516). Replica 0's are the executor's, which the host reads back (PopART retrieves one
+        # replica of a variable, VariableRetrievalMode.OnePerGroup).
+        buffers = [name for name, _, is_param in self._host_tensors() if not is_param]
+        self._replica_buffers = [
+            {name: state[name].clone() for name in buffers} for _ in range(self._options.replication_factor - 1)
+        ]
         if self._training and self._optimizer is not None:
             self._build_device_optimizer(self._optimizer)
 
@@ -238,22 +335,35 @@ class PoplarExecutor:
     def _device_weights(self, state: dict[str, torch.Tensor] | None = None) -> Iterator[None]:
         """Run the host model's code on the device copy: its parameter and buffer slots point there meanwhile.
 
-        Tied weights stay tied: every slot holding the same host tensor gets the same device tensor.
+        Tied weights stay tied: every slot holding the same host tensor gets the same device tensor. A parameter or
+        buffer the model's code replaces (``self.count = self.count + 1``) raises poptorch's error once the code has
+        run (``errorOnBufferOrParameterAddressChanges``, ``python/_impl.py:432-451``); BatchNorm's buffers may change
+        (``BUFFERS_CAN_CHANGE``, ``:28-35``).
         """
         state = self._device_state if state is None else state
         by_host = {id(tensor): state[name] for name, tensor, _ in self._host_tensors() if name in state}
-        swapped: list[tuple[dict[str, Any], str, Any]] = []
+        swapped: list[tuple[dict[str, Any], str, Any, str, str]] = []
         try:
-            for module in self._model.modules():
-                slot_dicts: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
-                for slots in slot_dicts:
+            for module_name, module in self._model.named_modules():
+                exempt = isinstance(module, _BUFFERS_CAN_CHANGE)
+                for kind, slots in (("Parameter", module._parameters), ("Buffer", module._buffers)):
                     for key, host in slots.items():
                         if host is not None and id(host) in by_host:
-                            swapped.append((slots, key, host))
+                            swapped.append(
+                                (slots, key, host, kind if not (exempt and kind == "Buffer") else "", module_name)
+                            )
                             slots[key] = by_host[id(host)]
             yield
+            for slots, key, host, kind, module_name in swapped:
+                if kind and slots.get(key) is not by_host[id(host)]:
+                    name = f"{module_name}.{key}" if module_name else key
+                    raise Error(
+                        f"{kind} {name} is reassigned within the model when calling the forward method. This is not "
+                        f"supported. Consider using self.{name}.copy_(src) to copy data from a source tensor, where "
+                        "src is the name of the source tensor."
+                    )
         finally:
-            for slots, key, host in reversed(swapped):
+            for slots, key, host, _, _ in reversed(swapped):
                 slots[key] = host
 
     def _download(self) -> None:
@@ -264,10 +374,10 @@ class PoplarExecutor:
                 if source is not None:
                     tensor.copy_(source)
         self._host_weights_version += 1
-        if isinstance(self._optimizer, DeviceOptimizerMixin) and self._device_optimizer is not None:
+        if isinstance(self._optimizer, PoptorchOptimizer) and self._device_optimizer is not None:
             # poptorch reads the device's optimizer state into ipu_state (readOptimizerState, poptorch.cpp:960-990).
             self._optimizer._state_dict = to_ipu_state(
-                self._device_optimizer, self._named_device_params(), self._optimizer.loss_scaling
+                self._optimizer, self._device_optimizer, self._named_device_params()
             )
             self._optimizer.ipu_state_is_dirty = False
             self._optimizer.host_state_is_dirty = False
@@ -301,24 +411,30 @@ class PoplarExecutor:
 
     # -- optimizer ---------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _check_optimizer(optimizer: Any) -> None:
-        if not isinstance(optimizer, SUPPORTED_TYPES):
-            names = ", ".join(f"torch.optim.{t.__name__}" for t in SUPPORTED_TYPES)
-            raise ValueError(
-                f"Unsupported optimizer type {type(optimizer).__name__}. Types supported: {names} and their "
-                "poptorch.optim counterparts."
-            )
-        if any(group.get("amsgrad") for group in optimizer.param_groups):
-            raise ValueError("Only non-amsgrad Adam/AdamW optimizers are supported: set amsgrad=False.")
+    def _convert_optimizer(self, optimizer: Any) -> OptimizerValues:
+        """Poptorch's conversion of ``optimizer`` for PopART (its asserts and errors included)."""
+        automatic = bool(self._options._Popart.options.get("automaticLossScalingSettings.enabled", False))
+        values = optimizer_values(optimizer, automatic)
+        if values["attributes"].get("accum_type") == torch.float16 and not values["attributes"].get(
+            "use_combined_accum", False
+        ):
+            # A float16 accumulator needs the Running mean reduction (_optimizer_attributes.py:133-152).
+            self._use_running_mean_reduction()
+        return values
 
-    @staticmethod
-    def _base_type(optimizer: torch.optim.Optimizer) -> type[torch.optim.Optimizer]:
-        # AdamW before Adam: in some torch versions AdamW subclasses Adam.
-        for kind in (torch.optim.AdamW, torch.optim.Adam, torch.optim.RMSprop, torch.optim.SGD):
-            if isinstance(optimizer, kind):
-                return kind
-        raise AssertionError("unreachable: optimizer type checked before")
+    def _use_running_mean_reduction(self) -> None:
+        training = self._options.Training
+        running = MeanReductionStrategy.Running
+        if not self.isCompiled():
+            self._options._unfreeze()
+            training.setMeanAccumulationAndReplicationReductionStrategy(running)
+            self._options._freeze()
+        elif training.meanAccumulationAndReplicationReductionStrategy != running:
+            raise ValueError(
+                "Invalid optimizer: the new optimizer would require changing options.Training."
+                "meanAccumulationAndReplicationReductionStrategy to poptorch.MeanReductionStrategy.Running but the "
+                "executable is already compiled."
+            )
 
     def _device_params(self, optimizer: torch.optim.Optimizer) -> list[list[torch.Tensor]]:
         names = {id(param): name for name, param in self._model.named_parameters()}
@@ -335,6 +451,20 @@ class PoplarExecutor:
             groups.append(params)
         return groups
 
+    def _ungrouped_params(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        """Trainable weights the optimizer does not hold: PopART updates them with the optimizer's defaults.
+
+        poptorch tags only the grouped weights (``_poplar_executor.py:830-836``) and builds the PopART optimizer from
+        the defaults, inserting group values for tagged weights only (``popart_compiler/source/CompilerImpl.cpp:
+        791-866``); PopART's optimizer applies to every trainable weight.
+        """
+        grouped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        return [
+            self._device_state[name]
+            for name, param in self._model.named_parameters()
+            if param.requires_grad and id(param) not in grouped
+        ]
+
     def _named_device_params(self) -> list[tuple[str, torch.Tensor]]:
         assert self._device_optimizer is not None
         names = {id(tensor): name for name, tensor in self._device_state.items()}
@@ -343,65 +473,88 @@ class PoplarExecutor:
     def _write_optimizer_state_if_needed(self) -> None:
         """Write a loaded ``ipu_state`` (a checkpoint's) to the device optimizer (poptorch's line 1268)."""
         host = self._optimizer
-        if isinstance(host, DeviceOptimizerMixin) and host.ipu_state_is_dirty and self._device_optimizer is not None:
+        if isinstance(host, PoptorchOptimizer) and host.ipu_state_is_dirty and self._device_optimizer is not None:
             if host.has_state():
-                from_ipu_state(self._device_optimizer, self._named_device_params(), host._state_dict["ipu_state"])
+                from_ipu_state(host, self._device_optimizer, self._named_device_params(), host._state_dict["ipu_state"])
             host.ipu_state_is_dirty = False
+
+    @staticmethod
+    def _device_group(source: dict[str, Any]) -> dict[str, Any]:
+        # poptorch never reads maximize (_optimizer_attributes.py:221-265): the device always descends.
+        group = {key: value for key, value in source.items() if key not in ("params", "maximize")}
+        if "betas" in group:
+            group["betas"] = tuple(group["betas"])
+        return group
 
     def _build_device_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         device_groups = self._device_params(optimizer)
         groups = [
-            {**{k: v for k, v in group.items() if k != "params"}, "params": params}
+            {**self._device_group(group), "params": params}
             for group, params in zip(optimizer.param_groups, device_groups)
         ]
-        kind: Any = self._base_type(optimizer)
-        self._device_optimizer = kind(groups)
-        if isinstance(optimizer, DeviceOptimizerMixin):
+        ungrouped = self._ungrouped_params(optimizer)
+        if ungrouped:
+            groups.append({**self._device_group(optimizer.defaults), "params": ungrouped})
+        kind = kind_of(optimizer)
+        if kind == "LAMB":
+            device_optimizer: torch.optim.Optimizer = LAMB(
+                groups, bias_correction=getattr(optimizer, "bias_correction", True)
+            )
+        else:
+            torch_kind = {
+                "SGD": torch.optim.SGD,
+                "Adam": torch.optim.Adam,
+                "AdamW": torch.optim.AdamW,
+                "RMSprop": torch.optim.RMSprop,
+            }[str(kind)]
+            if kind == "RMSprop" and getattr(optimizer, "use_tf_variant", False):
+                torch_kind = TensorFlowRMSprop
+            device_optimizer = torch_kind(groups)
+        self._device_optimizer = device_optimizer
+        if isinstance(optimizer, PoptorchOptimizer):
             if optimizer.has_state():
                 optimizer.ipu_state_is_dirty = True
             self._write_optimizer_state_if_needed()
         else:
-            self._copy_optimizer_state(optimizer, self._device_optimizer, to_host=False)
+            self._copy_optimizer_state(optimizer, device_optimizer)
 
-    def _copy_optimizer_state(
-        self, source: torch.optim.Optimizer, target: torch.optim.Optimizer, to_host: bool
-    ) -> None:
-        host = target if to_host else source
-        device_ = source if to_host else target
+    @staticmethod
+    def _copy_optimizer_state(host: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
         host_params = [p for group in host.param_groups for p in group["params"]]
-        device_params = [p for group in device_.param_groups for p in group["params"]]
-        pairs = zip(device_params, host_params) if to_host else zip(host_params, device_params)
-        for src, dst in pairs:
-            state = source.state.get(src)
+        device_params = [p for group in target.param_groups for p in group["params"]]
+        for src, dst in zip(host_params, device_params):
+            state = host.state.get(src)
             if state:
                 target.state[dst] = {
                     k: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for k, v in state.items()
                 }
 
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Use ``optimizer``'s hyper-parameters (learning rate, momentum, ...) from the next weight update on.
+        """Use ``optimizer``'s hyper-parameters from the next weight update on, as PopART allows.
 
-        The device keeps its optimizer state when the optimizer type is unchanged.
+        After compilation only the variable hyper-parameters may change (see :mod:`.optimizer_values`); a changed
+        constant raises PopART's "Values are constant but do not match." and leaves the device optimizer as it was.
+        The device keeps its optimizer state.
         """
         if not self._training:
             raise Error("setOptimizer() can only be called on a poptorch.trainingModel.")
-        self._check_optimizer(optimizer)
+        values = self._convert_optimizer(optimizer)
+        if self.isCompiled() and self._device_optimizer is not None:
+            assert self._compiled_optimizer_values is not None
+            check_replacement(self._compiled_optimizer_values, values)
         previous = self._optimizer
         self._optimizer = optimizer
+        self._optimizer_values = values
         if not self.isCompiled() or self._device_optimizer is None:
             return
-        if previous is None or self._base_type(previous) is not self._base_type(optimizer):
-            self._build_device_optimizer(optimizer)
-            return
-        if len(optimizer.param_groups) != len(self._device_optimizer.param_groups):
-            raise Error(
-                f"setOptimizer: the new optimizer has {len(optimizer.param_groups)} parameter groups but the model "
-                f"was compiled with {len(self._device_optimizer.param_groups)}; create a new trainingModel instead."
-            )
+        if optimizer is not previous and isinstance(optimizer, PoptorchOptimizer) and optimizer.has_state():
+            # A new poptorch optimizer's own state is written to the device (_poplar_executor.py:646-649).
+            optimizer.ipu_state_is_dirty = True
+            self._write_optimizer_state_if_needed()
         for group, device_group in zip(optimizer.param_groups, self._device_optimizer.param_groups):
-            for key, value in group.items():
-                if key != "params":
-                    device_group[key] = value
+            device_group.update(self._device_group(group))
+        if len(self._device_optimizer.param_groups) > len(optimizer.param_groups):
+            self._device_optimizer.param_groups[-1].update(self._device_group(optimizer.defaults))
 
     # -- attach / detach -------------------------------------------------------------------------------------
 
@@ -516,12 +669,14 @@ class PoplarExecutor:
         if self.isCompiled():
             log.warning("Call to compile() ignored: the model is already compiled.")
             return
+        started = datetime.datetime.now()
+        for hook in _PRE_COMPILE_HOOKS.values():
+            hook()
         split, spec = self._micro_batches(args, kwargs)
         first_args, first_kwargs = self._micro_batch(split, spec, 0)
         self._upload()
         names = {id(self._device_state[name]): name for name, _ in self._model.named_parameters()}
-        context = DeviceContext(names, record=True)
-        context.auto_increment = self._options._execution_strategy.auto_stage == AutoStage.AutoIncrement
+        context = DeviceContext(names, record=True, stages=self._options._execution_strategy.stage_manager())
         state_names = list(self._device_state)
         # The trace is a dry run: it must not consume random numbers or move running statistics.
         trace_state = [
@@ -532,10 +687,11 @@ class PoplarExecutor:
         def call(state: list[torch.Tensor], inputs: list[Any]) -> tuple[Any, torch.Tensor | None]:
             call_args, call_kwargs = unflatten(inputs, input_spec)
             with self._device_weights(dict(strict_zip(state_names, state))), running_on(context):
-                output = self._model(*call_args, **call_kwargs)
+                output = _host_output_types(self._model(*call_args, **call_kwargs))
             return output, final_loss(context.losses) if self._training else None
 
-        with torch.random.fork_rng(devices=[]), self._mode(), torch.set_grad_enabled(self._training):
+        # Modules keep the train/eval mode the user set: poptorch never calls train() or eval() (python/, 3.4).
+        with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(self._training):
             program = trace(call, trace_state, leaves)
         stages = self._count_stages(context)
         self._check_pipeline(stages)
@@ -544,14 +700,22 @@ class PoplarExecutor:
         )
         device.acquire(id(self), num_ipus)
         self._is_attached = True
+        self._compiled_optimizer_values = self._optimizer_values
         self._executable = _Compiled(
-            self._signature(first_args, first_kwargs), context, num_ipus, stages, program, state_names
+            self._signature(first_args, first_kwargs),
+            context,
+            num_ipus,
+            stages,
+            program,
+            state_names,
+            datetime.datetime.now() - started,
         )
+        for hook in _POST_COMPILE_HOOKS.values():
+            hook()
         self._write_report()
 
     def _count_stages(self, context: DeviceContext) -> int:
-        strategy = self._options._execution_strategy
-        stages = [strategy.stage_of(user_id, ipu) for user_id, ipu in context.blocks]
+        stages = context.block_stages
         return 1 + sum(1 for before, after in zip(stages, stages[1:]) if before != after)
 
     def _check_pipeline(self, stages: int) -> None:
@@ -621,21 +785,6 @@ class PoplarExecutor:
 
     # -- execution ---------------------------------------------------------------------------------------------
 
-    def _mode(self) -> Any:
-        """Put the model in train (training) or eval (inference) mode for the call, then restore every module."""
-        executor = self
-
-        class _Mode:
-            def __enter__(self) -> None:
-                self.saved = [(module, module.training) for module in executor._model.modules()]
-                executor._model.train(executor._training)
-
-            def __exit__(self, *exc: object) -> None:
-                for module, mode in self.saved:
-                    module.training = mode
-
-        return _Mode()
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run one host call: ``device_iterations`` iterations over the micro-batches in ``args``."""
         if not self.isCompiled():
@@ -671,11 +820,14 @@ class PoplarExecutor:
         """Run the compiled program on micro-batch ``index`` of ``inputs`` (weights as they are at that moment)."""
         assert self._executable is not None
         program = self._executable.program
-        state = [self._device_state[name] for name in self._executable.state_names]
+        names = self._executable.state_names
+        states = [[self._device_state[name] for name in names]]
+        states += [[own.get(name, self._device_state[name]) for name in names] for own in self._replica_buffers]
         micro_batches = [leaf.unbind(0) for leaf in inputs]
 
         def run(index: int) -> tuple[Any, torch.Tensor | None]:
-            return program.run(state, [leaf[index] for leaf in micro_batches])
+            # Micro-batches are laid out [device_iterations][gradient_accumulation][replicas].
+            return program.run(states[index % len(states)], [leaf[index] for leaf in micro_batches])
 
         return run
 
@@ -691,7 +843,7 @@ class PoplarExecutor:
         optimizer = self._device_optimizer
         assert optimizer is not None
         loss_scaling = getattr(self._optimizer, "loss_scaling", 1.0)
-        max_grad_norm = getattr(self._optimizer, "max_grad_norm", None)
+        max_grad_norm = getattr(self._optimizer, "max_grad_norm", float("inf"))
         params = [p for group in optimizer.param_groups for p in group["params"]]
         outputs = []
         run = self._runner(inputs)
@@ -714,7 +866,7 @@ class PoplarExecutor:
                     if loss_scaling != 1.0:
                         for param in grads:
                             param.grad.div_(loss_scaling)
-                    if max_grad_norm is not None and grads:
+                    if max_grad_norm != float("inf") and grads:
                         torch.nn.utils.clip_grad_norm_(grads, max_grad_norm)
                 optimizer.step()
         return outputs
@@ -750,6 +902,19 @@ class PoplarExecutor:
             combined.append(_concat(selected))
         result = unflatten(combined, spec)
         return result
+
+
+def _host_output_types(value: Any) -> Any:
+    """Poptorch returns int64 outputs as int32 and float64 ones as float32 (``_poplar_executor.py:865-874``)."""
+    leaves, spec = flatten(value)
+    converted = {torch.int64: torch.int32, torch.float64: torch.float32}
+    return unflatten(
+        [
+            leaf.to(converted[leaf.dtype]) if isinstance(leaf, torch.Tensor) and leaf.dtype in converted else leaf
+            for leaf in leaves
+        ],
+        spec,
+    )
 
 
 def _detach(value: Any) -> Any:

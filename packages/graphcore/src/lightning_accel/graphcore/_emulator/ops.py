@@ -1,14 +1,52 @@
-"""``poptorch.identity_loss``: mark a value as the model's loss."""
+"""poptorch's operators (``poptorch.identity_loss``, ``nop``, ``dynamic_slice``, ...) as the emulated device runs them.
+
+Compiler hints (``set_available_memory``, ``recomputationCheckpoint``, ``serializedMatMul``'s splitting, overlap
+modes) return their inputs' values: they change how Poplar lays out and schedules the graph, not what it computes.
+"""
 
 from __future__ import annotations
 
+import builtins
+import logging
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
+from .enums import MatMulSerializationMode, OverlapMode
+from .errors import Error
+from .structures import flatten, unflatten
 from .tracing import current_context
 
-__all__ = ["identity_loss"]
+__all__ = [
+    "ATTR_PREFIX",
+    "attributes_lists",
+    "createPoptorchError",
+    "dynamic_slice",
+    "dynamic_update",
+    "flattenTensorStructure",
+    "for_loop",
+    "identity_loss",
+    "ipu_print_tensor",
+    "isRunningOnIpu",
+    "logger",
+    "module_repr",
+    "nop",
+    "poptorchAtExit",
+    "print",
+    "recomputationCheckpoint",
+    "reconstructTensorStructure",
+    "serializedMatMul",
+    "setLogLevel",
+    "set_available_memory",
+    "set_overlap_for_input",
+    "set_overlap_for_output",
+]
 
 _REDUCTIONS = ("sum", "mean", "none")
+ATTR_PREFIX = "attr:"
+attributes_lists: list[dict[str, Any]] = []
+logger = logging.getLogger("poptorch")
 
 
 def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -27,3 +65,182 @@ def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
     if context is not None:
         context.add_loss(out)
     return out
+
+
+def createPoptorchError(msg: str) -> Error:
+    """A ``poptorch.Error`` of type ``poptorch_py_error`` (poptorch 3.4 ``_impl.py:67-73``).
+
+    Example:
+        >>> createPoptorchError("bad").message
+        'bad'
+    """
+    return Error(msg)
+
+
+def isRunningOnIpu() -> bool:
+    """``True`` while the model runs on the (emulated) IPU, ``False`` on the host.
+
+    Example:
+        >>> isRunningOnIpu()
+        False
+    """
+    return current_context() is not None
+
+
+def _tensor(name: str, value: Any) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise createPoptorchError(f"{name} must take a torch.tensor argument. {type(value)} is not supported.")
+
+
+def nop(tensor: torch.Tensor) -> torch.Tensor:
+    """An operation that does nothing and is never optimised away (a debugging aid).
+
+    Example:
+        >>> nop(torch.ones(2)).tolist()
+        [1.0, 1.0]
+    """
+    _tensor("nop", tensor)
+    return tensor * 1
+
+
+def ipu_print_tensor(
+    tensor: torch.Tensor,
+    title: str = "",
+    print_gradient: bool = True,
+    summarise_threshold: int = 1000,
+    edge_items: int = 3,
+    max_line_width: int = 80,
+    digits: int = 4,
+    float_format: str = "auto",
+    separator: str = ", ",
+    open_bracket: str = "(",
+    close_bracket: str = ")",
+) -> torch.Tensor:
+    """Print ``tensor`` from the device on every call; the emulator returns it (its values print on the host).
+
+    Example:
+        >>> ipu_print_tensor(torch.ones(1), "x").tolist()
+        [1.0]
+    """
+    _tensor("ipu_print_tensor", tensor)
+    return tensor * 1
+
+
+def recomputationCheckpoint(*tensors: torch.Tensor) -> Any:
+    """Mark a recomputation checkpoint in a pipelined model (scheduling only)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        return type(tensors[0])(t * 1 for t in tensors[0])
+    out = tuple(t * 1 for t in tensors)
+    return out[0] if len(out) == 1 else out
+
+
+def serializedMatMul(
+    lhs: torch.Tensor, rhs: torch.Tensor, mode: MatMulSerializationMode, factor: int = 0, keep_precision: bool = False
+) -> torch.Tensor:
+    """``lhs @ rhs``, computed by Poplar in ``factor`` slices along the dimension ``mode`` names (memory only)."""
+    if not isinstance(mode, MatMulSerializationMode):
+        raise createPoptorchError(f"serializedMatMul: mode must be a poptorch.MatMulSerializationMode, got {mode!r}.")
+    return torch.matmul(lhs, rhs)
+
+
+def set_available_memory(tensor: torch.Tensor, available_memory_proportion: float) -> torch.Tensor:
+    """Limit the temporary memory of the operation producing ``tensor`` (a Poplar planning hint)."""
+    _tensor("set_available_memory", tensor)
+    return tensor * 1
+
+
+def set_overlap_for_input(input_tensors: Any, mode: OverlapMode) -> Any:
+    """Overlap the host-to-IPU transfer of these inputs with compute (IO tiles); returns them."""
+    assert isinstance(mode, OverlapMode)
+    return input_tensors
+
+
+def set_overlap_for_output(output_tensors: Any, mode: OverlapMode) -> Any:
+    """Overlap the IPU-to-host transfer of these outputs with compute (IO tiles); returns them."""
+    assert isinstance(mode, OverlapMode)
+    return output_tensors
+
+
+def dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor, size: int, step: int) -> torch.Tensor:
+    """``size`` elements along ``dim`` from the position held in the tensor ``start``, every ``step``.
+
+    Example:
+        >>> dynamic_slice(torch.arange(6.0), 0, torch.tensor([1]), 2, 2).tolist()
+        [1.0, 3.0]
+    """
+    _tensor("dynamic_slice", tensor)
+    if not isinstance(start, torch.Tensor):
+        raise createPoptorchError("Slice start argument to dynamic_slice must be a torch.tensor.")
+    index = start.reshape(-1)[:1].long() + torch.arange(size, device=tensor.device) * step
+    return tensor.index_select(dim, index)
+
+
+def dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int, start: torch.Tensor, size: int) -> torch.Tensor:
+    """``input`` with ``size`` elements along ``dim`` from position ``start`` replaced by ``src``.
+
+    Example:
+        >>> dynamic_update(torch.zeros(4), torch.ones(2), 0, torch.tensor([1]), 2).tolist()
+        [0.0, 1.0, 1.0, 0.0]
+    """
+    _tensor("dynamic_update", input)
+    if not isinstance(start, torch.Tensor) or not isinstance(src, torch.Tensor):
+        raise createPoptorchError("dynamic_update takes torch.tensor start and src arguments.")
+    if input.dim() != src.dim() or input.dtype != src.dtype:
+        raise createPoptorchError("input and src tensors must have same dimensionality and dtype.")
+    index = start.reshape(-1)[:1].long() + torch.arange(size, device=input.device)
+    return input.index_copy(dim, index, src.narrow(dim, 0, size))
+
+
+def for_loop(count: int, body: Callable[..., Any], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Run ``body`` ``count`` times on the device, each time on the previous outputs.
+
+    Example:
+        >>> for_loop(3, lambda x: x * 2, [torch.ones(1)])[0].tolist()
+        [8.0]
+    """
+    if not isinstance(inputs, list) or not all(isinstance(t, torch.Tensor) for t in inputs):
+        raise ValueError("poptorch.for_loop expects input tensors (inputs) to be a list of tensors.")
+    values = [t.clone() for t in inputs]
+    for _ in range(count):
+        outputs = body(*values)
+        values = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    return values
+
+
+def flattenTensorStructure(tensors: Any, canonical_structure: Any = None) -> list[torch.Tensor]:
+    """The tensors in a nest of tuples, lists and dicts, in order."""
+    return [leaf for leaf in flatten(tensors)[0] if isinstance(leaf, torch.Tensor)]
+
+
+def reconstructTensorStructure(structure: Any, values: Any, filter_fn: Callable[[Any], bool] = lambda t: True) -> Any:
+    """``structure`` with its tensors replaced, in order, by ``values``."""
+    leaves, spec = flatten(structure)
+    replacements = iter(values)
+    rebuilt = [next(replacements) if isinstance(leaf, torch.Tensor) and filter_fn(leaf) else leaf for leaf in leaves]
+    return unflatten(rebuilt, spec)
+
+
+def setLogLevel(level: str | int) -> None:
+    """Set poptorch's log level (``"TRACE"``, ``"DEBUG"``, ``"INFO"``, ``"WARN"``, ``"ERR"``, ``"OFF"`` or 0-6)."""
+    names = {"TRACE": 5, "DEBUG": 10, "INFO": 20, "WARN": 30, "ERR": 40, "OFF": 60}
+    numbers = [5, 10, 20, 30, 40, 50, 60]
+    if isinstance(level, str):
+        if level not in names:
+            raise ValueError(f"Unknown log level {level!r}: use one of {sorted(names)}.")
+        logger.setLevel(names[level])
+    else:
+        logger.setLevel(numbers[level])
+
+
+def poptorchAtExit() -> None:
+    """Release poptorch's resources at interpreter exit (nothing to release here)."""
+
+
+def module_repr(m: torch.nn.Module) -> str:
+    """The module's ``repr``."""
+    return repr(m)
+
+
+def print(m: Any) -> None:
+    """Print a module's :func:`module_repr`."""
+    builtins.print(module_repr(m))

@@ -1,105 +1,118 @@
-"""``poptorch.optim``: torch optimizers with the device-side extras ``loss_scaling`` and ``max_grad_norm``.
+"""``poptorch.optim``: poptorch 3.4's optimizers, with their constructor arguments and constant/variable rule.
 
-``max_grad_norm`` clips the gradients of each weight update by their global norm on the device; ``loss_scaling``
-multiplies the loss before backward and divides the gradients by it before the update (it protects float16
-gradients from underflow and leaves float32 results unchanged).
+Each class has poptorch 3.4's signature (``python/optim.py``): every hyper-parameter defaults to ``None``, and only
+the ones passed explicitly (not ``None``) are *variable*: they may change after the model is compiled
+(``_parseArgs``, ``optim.py:50-64``). The others are compiled in as constants; changing one later makes PopART
+refuse the new optimizer (see :mod:`.optimizer_values`). ``variable_attrs`` (:class:`VariableAttributes`) reads and
+changes that marking (``optim.py:10-47``).
 
-Their state dictionary is poptorch's (``python/optim.py:67-105`` in poptorch 3.4): the optimizer state lives on the
-device, so ``state_dict()`` returns ``{"ipu_state", "ipu_param", "state", "param_groups"}`` where ``ipu_state``
-holds the device's state tensors (moments, momentum) and ``ipu_param`` the device's hyper-parameter tensors, both
-by name, ``None`` until the optimizer has run on a device; ``state`` and ``param_groups`` are torch's (for learning
-rate schedulers). ``load_state_dict`` without the ``ipu_*`` keys raises, as poptorch does. The names are PopART's
-for Adam's moments (``Accl1___<param>``, ``Accl2___<param>``, checked in poptorch's ``tests/optimizers_test.py``);
-the other state names (``Accl___``, ``Accl3___``, ``Step___``) are the emulator's own.
+The device-only settings are kept as attributes as poptorch keeps them: ``loss_scaling`` (default 1.0),
+``max_grad_norm`` (default ``inf``: no clipping), the accumulator types (``accum_type``, ...: float32 or float16),
+SGD's ``velocity_scaling`` and ``use_combined_accum``, AdamW's and LAMB's ``bias_correction``, RMSprop's
+``use_tf_variant``. The emulator computes in the backing device's float32 whatever the accumulator types are.
+
+Their state dictionary is poptorch's (``optim.py:67-105``): the optimizer state lives on the device, so
+``state_dict()`` returns ``{"ipu_state", "ipu_param", "state", "param_groups"}``, where ``ipu_state`` holds the
+device's state tensors by PopART's names (:func:`state_prefixes`) and ``ipu_param`` its hyper-parameter tensors,
+both ``None`` until the optimizer has run on a device. ``load_state_dict`` without the ``ipu_*`` keys raises, as
+poptorch does.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Iterable, Union
+import math
+from typing import Any, Iterable
 
 import torch
 
-__all__ = [
-    "SGD",
-    "Adam",
-    "AdamW",
-    "RMSprop",
-    "DeviceOptimizerMixin",
-    "SUPPORTED_TYPES",
-    "from_ipu_state",
-    "to_ipu_state",
-]
+# poptorch.optim's own names; the state helpers below serve the emulated executor.
+__all__ = ["LAMB", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop", "VariableAttributes", "logger"]
 
-# torch state key -> the prefix of its device tensor's name, per optimizer type (the first matching type wins).
-_STATE_NAMES: tuple[tuple[type[torch.optim.Optimizer], dict[str, str]], ...] = (
-    (torch.optim.AdamW, {"exp_avg": "Accl1", "exp_avg_sq": "Accl2", "step": "Step"}),
-    (torch.optim.Adam, {"exp_avg": "Accl1", "exp_avg_sq": "Accl2", "step": "Step"}),
-    (torch.optim.RMSprop, {"square_avg": "Accl1", "momentum_buffer": "Accl2", "grad_avg": "Accl3", "step": "Step"}),
-    (torch.optim.SGD, {"momentum_buffer": "Accl"}),
-)
+logger = logging.getLogger("poptorch")
+_ACCUMULATOR_TYPES = (torch.float16, torch.float32)
+_ACCUMULATOR_ERROR = "Accumulation types must be either torch.float32 or torch.float16"
+_ACCUMULATOR_ATTRIBUTES = ("accum_type", "first_order_momentum_accum_type", "second_order_momentum_accum_type")
 
 
-def _state_names(optimizer: torch.optim.Optimizer) -> dict[str, str]:
-    return next(names for kind, names in _STATE_NAMES if isinstance(optimizer, kind))
+class VariableAttributes:
+    """Which attributes of an optimizer are variable (may change after compilation) and which are constant.
+
+    Every poptorch optimizer has one as ``variable_attrs``; an attribute passed explicitly to the constructor is
+    variable, any other is constant.
+
+    Example:
+        >>> opt = SGD(torch.nn.Linear(2, 1).parameters(), lr=0.01)
+        >>> opt.variable_attrs.isConstant("lr"), opt.variable_attrs.isConstant("momentum")
+        (False, True)
+        >>> opt.variable_attrs.markAsVariable("momentum")
+        >>> opt.variable_attrs.isConstant("momentum")
+        False
+    """
+
+    def __init__(self, variable_attributes: list[str], allowed_attributes: list[str]) -> None:
+        self._variable_attributes = list(variable_attributes)
+        self._allowed_attributes = list(allowed_attributes)
+
+    def isConstant(self, attr: str) -> bool:
+        """Whether ``attr`` is a constant of the compiled model."""
+        return attr not in self._variable_attributes
+
+    def _check(self, attr: str) -> None:
+        # An assert in poptorch (optim.py:35-37, 44-46), so an AssertionError here too.
+        assert attr in self._allowed_attributes, f"Unknown attribute {attr}, allowed values: {self._allowed_attributes}"
+
+    def markAsConstant(self, attr: str) -> None:
+        """Compile ``attr`` in as a constant."""
+        self._check(attr)
+        self._variable_attributes = [a for a in self._variable_attributes if a != attr]
+
+    def markAsVariable(self, attr: str) -> None:
+        """Let ``attr`` change after compilation."""
+        self._check(attr)
+        self._variable_attributes.append(attr)
 
 
-def to_ipu_state(
-    optimizer: torch.optim.Optimizer, named_params: list[tuple[str, torch.Tensor]], loss_scaling: float
-) -> dict[str, dict[str, torch.Tensor]]:
-    """``ipu_state`` and ``ipu_param`` of the device ``optimizer`` whose parameters are ``named_params``."""
-    names = _state_names(optimizer)
-    state: dict[str, torch.Tensor] = {}
-    params: dict[str, torch.Tensor] = {"lossScaling_FLOAT": torch.tensor(float(loss_scaling))}
-    group_of = {id(p): group for group in optimizer.param_groups for p in group["params"]}
-    for name, param in named_params:
-        for key, value in optimizer.state.get(param, {}).items():
-            if isinstance(value, torch.Tensor) and key in names:
-                state[f"{names[key]}___{name}"] = value.detach().clone()
-        group = group_of[id(param)]
-        params[f"learningRate___specific___{name}"] = torch.tensor(float(group["lr"]))
-        params[f"weightDecay___specific___{name}"] = torch.tensor(float(group.get("weight_decay", 0.0)))
-    return {"ipu_state": state, "ipu_param": params}
+def _split_arguments(arguments: dict[str, Any], device_only: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+    """The torch optimizer's arguments the user passed, and the names of every argument passed (the variable ones)."""
+    given = {name: value for name, value in arguments.items() if value is not None}
+    return {name: value for name, value in given.items() if name not in device_only}, list(given)
 
 
-def from_ipu_state(
-    optimizer: torch.optim.Optimizer, named_params: list[tuple[str, torch.Tensor]], ipu_state: dict[str, torch.Tensor]
-) -> None:
-    """Write ``ipu_state`` into the device ``optimizer``'s state (a name it does not know is left out, with a log)."""
-    names = _state_names(optimizer)
-    known: set[str] = set()
-    for name, param in named_params:
-        entries = {
-            key: ipu_state[f"{prefix}___{name}"].detach().clone()
-            for key, prefix in names.items()
-            if f"{prefix}___{name}" in ipu_state
-        }
-        known.update(f"{prefix}___{name}" for prefix in names.values())
-        if entries:
-            optimizer.state[param] = entries
-    unknown = sorted(set(ipu_state) - known)
-    if unknown:
-        # poptorch logs a warning for state tensors the executable has no slot for (poptorch.cpp:1012).
-        logging.getLogger("poptorch").warning("Optimizer state tensors not used by the model: %s", unknown)
+def _accumulator_type(value: torch.dtype | None) -> torch.dtype:
+    value = torch.float32 if value is None else value
+    assert value in _ACCUMULATOR_TYPES, _ACCUMULATOR_ERROR
+    return value
 
 
-class DeviceOptimizerMixin:
-    """What poptorch optimizers add to torch's: ``loss_scaling``, ``max_grad_norm`` and the IPU state format."""
+class Optimizer:
+    """What every poptorch optimizer adds to torch's: the device state format (``ipu_state``, ``ipu_param``)."""
 
-    loss_scaling: float
-    max_grad_norm: float | None
     _state_dict: dict[str, Any]
     ipu_state_is_dirty: bool
     host_state_is_dirty: bool
+    variable_attrs: VariableAttributes
+    loss_scaling: float
+
+    def __init__(self) -> None:
+        self._state_dict = {"ipu_state": None, "ipu_param": None}
+        # True: a loaded state waits to be written to the device.
+        self.ipu_state_is_dirty = False
+        # True: the device's state is newer than the host's copy.
+        self.host_state_is_dirty = False
 
     def state_dict(self) -> dict[str, Any]:
-        """The format of poptorch: ``ipu_state`` and ``ipu_param`` next to torch's ``state`` and ``param_groups``."""
-        return {**self._state_dict, **torch.optim.Optimizer.state_dict(self)}  # type: ignore[arg-type]
+        """Poptorch's format: ``ipu_state`` and ``ipu_param`` next to torch's ``state`` and ``param_groups``."""
+        return self.get_state_dict()
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load a state saved by a poptorch optimizer; a torch optimizer's state raises ``RuntimeError``."""
-        torch.optim.Optimizer.load_state_dict(self, state_dict)  # type: ignore[arg-type]
-        self.set_state_dict(state_dict)
+        torch.optim.Optimizer.load_state_dict(self, state)  # type: ignore[arg-type]
+        self.set_state_dict(state)
+
+    def get_state_dict(self) -> dict[str, Any]:
+        """The device state and torch's state (learning-rate schedulers read the latter)."""
+        return {**self._state_dict, **torch.optim.Optimizer.state_dict(self)}  # type: ignore[arg-type]
 
     def set_state_dict(self, state: dict[str, Any]) -> None:
         """Keep ``state``'s device part; it is written to the device when the model next runs (poptorch's texts)."""
@@ -115,49 +128,95 @@ class DeviceOptimizerMixin:
         """Whether device state (from a run or a checkpoint) is held."""
         return self._state_dict.get("ipu_state") is not None and self._state_dict.get("ipu_param") is not None
 
-    def _init_device_attributes(self, loss_scaling: float | None, max_grad_norm: float | None) -> None:
-        if loss_scaling is not None and (not isinstance(loss_scaling, (int, float)) or loss_scaling <= 0):
-            raise ValueError(f"loss_scaling must be a positive number or None, got {loss_scaling!r}.")
-        if max_grad_norm is not None and (not isinstance(max_grad_norm, (int, float)) or max_grad_norm <= 0):
-            raise ValueError(f"max_grad_norm must be a positive number or None, got {max_grad_norm!r}.")
-        self.loss_scaling = float(loss_scaling or 1.0)
-        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
-        self._state_dict = {"ipu_state": None, "ipu_param": None}
-        self.ipu_state_is_dirty = False
-        self.host_state_is_dirty = False
 
-
-# typing names: this alias is evaluated at run time, on Python 3.8 too.
-Params = Union[Iterable[torch.Tensor], Iterable[Dict[str, Any]]]
-
-
-class SGD(DeviceOptimizerMixin, torch.optim.SGD):
-    """``poptorch.optim.SGD``.
+class SGD(Optimizer, torch.optim.SGD):
+    """``poptorch.optim.SGD``: torch's SGD with loss and velocity scaling, accumulator types and clipping.
 
     Example:
-        >>> opt = SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1, max_grad_norm=1.0)
-        >>> opt.max_grad_norm
-        1.0
+        >>> opt = SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1, momentum=0.9, max_grad_norm=1.0)
+        >>> opt.max_grad_norm, opt.variable_attrs.isConstant("momentum")
+        (1.0, False)
     """
+
+    # poptorch 3.4 optim.py:184-194.
+    _child_vars = ("loss_scaling",)
+    _child_only = (
+        *_child_vars,
+        "velocity_scaling",
+        "use_combined_accum",
+        "accum_type",
+        "velocity_accum_type",
+        "max_grad_norm",
+    )
+    _group_vars = (
+        "lr",
+        "momentum",
+        "dampening",
+        "weight_decay",
+        "nesterov",
+        "velocity_scaling",
+    )
 
     def __init__(
         self,
-        params: Params,
-        lr: float = 1e-3,
-        momentum: float = 0.0,
-        dampening: float = 0.0,
-        weight_decay: float = 0.0,
-        nesterov: bool = False,
+        params: Iterable[Any],
+        lr: float,
+        momentum: float | None = None,
+        dampening: float | None = None,
+        weight_decay: float | None = None,
+        nesterov: bool | None = None,
+        maximize: bool | None = None,
+        foreach: bool | None = None,
+        differentiable: bool | None = None,
         loss_scaling: float | None = None,
+        velocity_scaling: float | None = None,
+        use_combined_accum: bool | None = None,
+        accum_type: torch.dtype | None = None,
+        velocity_accum_type: torch.dtype | None = None,
         max_grad_norm: float | None = None,
     ) -> None:
-        torch.optim.SGD.__init__(
-            self, params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov
+        torch_args, variables = _split_arguments(
+            {
+                "params": params,
+                "lr": lr,
+                "momentum": momentum,
+                "dampening": dampening,
+                "weight_decay": weight_decay,
+                "nesterov": nesterov,
+                "maximize": maximize,
+                "foreach": foreach,
+                "differentiable": differentiable,
+                "loss_scaling": loss_scaling,
+                "velocity_scaling": velocity_scaling,
+                "use_combined_accum": use_combined_accum,
+                "accum_type": accum_type,
+                "velocity_accum_type": velocity_accum_type,
+                "max_grad_norm": max_grad_norm,
+            },
+            SGD._child_only,
         )
-        self._init_device_attributes(loss_scaling, max_grad_norm)
+        Optimizer.__init__(self)
+        torch.optim.SGD.__init__(self, **torch_args)
+        self.loss_scaling = 1.0 if loss_scaling is None else loss_scaling
+        self.use_combined_accum = bool(use_combined_accum)
+        if velocity_scaling is not None and not self.use_combined_accum:
+            logger.warning(
+                "velocity_scaling value ignored when using the separate variant (use_combined_accum=False). In "
+                "future, this will lead to an error. Please update your code."
+            )
+        if self.use_combined_accum:
+            # Per group, in defaults and groups (optim.py:266-269).
+            scaling = 1.0 if velocity_scaling is None else velocity_scaling
+            self.defaults["velocity_scaling"] = scaling
+            for group in self.param_groups:
+                group.setdefault("velocity_scaling", scaling)
+        self.accum_type = _accumulator_type(accum_type)
+        self.velocity_accum_type = _accumulator_type(velocity_accum_type)
+        self.max_grad_norm = float("inf") if max_grad_norm is None else max_grad_norm
+        self.variable_attrs = VariableAttributes(variables, [*self.defaults, *SGD._child_vars])
 
 
-class Adam(DeviceOptimizerMixin, torch.optim.Adam):
+class Adam(Optimizer, torch.optim.Adam):
     """``poptorch.optim.Adam`` (AMSGrad is not supported on IPUs).
 
     Example:
@@ -165,78 +224,455 @@ class Adam(DeviceOptimizerMixin, torch.optim.Adam):
         1.0
     """
 
+    _child_vars = ("loss_scaling",)
+    _child_only = (
+        *_child_vars,
+        *_ACCUMULATOR_ATTRIBUTES,
+        "max_grad_norm",
+    )
+    _group_vars = (
+        "lr",
+        "betas",
+        "eps",
+        "weight_decay",
+        "amsgrad",
+    )
+
     def __init__(
         self,
-        params: Params,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        amsgrad: bool = False,
+        params: Iterable[Any],
+        lr: float | None = None,
+        betas: tuple[float, float] | None = None,
+        eps: float | None = None,
+        weight_decay: float | None = None,
+        amsgrad: bool | None = None,
+        foreach: bool | None = None,
+        maximize: bool | None = None,
+        capturable: bool | None = None,
+        differentiable: bool | None = None,
+        fused: bool | None = None,
         loss_scaling: float | None = None,
+        accum_type: torch.dtype | None = None,
+        first_order_momentum_accum_type: torch.dtype | None = None,
+        second_order_momentum_accum_type: torch.dtype | None = None,
         max_grad_norm: float | None = None,
     ) -> None:
-        if amsgrad:
-            raise ValueError("Only non-amsgrad Adam/AdamW optimizers are supported: pass amsgrad=False.")
-        torch.optim.Adam.__init__(self, params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-        self._init_device_attributes(loss_scaling, max_grad_norm)
+        torch_args, variables = _split_arguments(
+            {
+                "params": params,
+                "lr": lr,
+                "betas": betas,
+                "eps": eps,
+                "weight_decay": weight_decay,
+                "amsgrad": amsgrad,
+                "foreach": foreach,
+                "maximize": maximize,
+                "capturable": capturable,
+                "differentiable": differentiable,
+                "fused": fused,
+                "loss_scaling": loss_scaling,
+                "accum_type": accum_type,
+                "first_order_momentum_accum_type": first_order_momentum_accum_type,
+                "second_order_momentum_accum_type": second_order_momentum_accum_type,
+                "max_grad_norm": max_grad_norm,
+            },
+            Adam._child_only,
+        )
+        Optimizer.__init__(self)
+        torch.optim.Adam.__init__(self, **torch_args)
+        _init_adaptive(
+            self, loss_scaling, accum_type, first_order_momentum_accum_type, second_order_momentum_accum_type
+        )
+        self.max_grad_norm = float("inf") if max_grad_norm is None else max_grad_norm
+        self.variable_attrs = VariableAttributes(variables, [*self.defaults, *Adam._child_vars])
 
 
-class AdamW(DeviceOptimizerMixin, torch.optim.AdamW):
-    """``poptorch.optim.AdamW`` (AMSGrad is not supported on IPUs).
+def _init_adaptive(
+    optimizer: Any,
+    loss_scaling: float | None,
+    accum_type: torch.dtype | None,
+    first: torch.dtype | None,
+    second: torch.dtype | None,
+) -> None:
+    optimizer.loss_scaling = 1.0 if loss_scaling is None else loss_scaling
+    optimizer.accum_type = _accumulator_type(accum_type)
+    optimizer.first_order_momentum_accum_type = _accumulator_type(first)
+    optimizer.second_order_momentum_accum_type = _accumulator_type(second)
+
+
+class AdamW(Optimizer, torch.optim.AdamW):
+    """``poptorch.optim.AdamW`` (AMSGrad is not supported on IPUs); ``bias_correction=False`` drops Adam's correction.
 
     Example:
         >>> AdamW(torch.nn.Linear(2, 1).parameters()).defaults["weight_decay"]
         0.01
     """
 
+    _child_vars = ("loss_scaling",)
+    _child_only = (
+        *_child_vars,
+        "bias_correction",
+        *_ACCUMULATOR_ATTRIBUTES,
+        "max_grad_norm",
+    )
+    _group_vars = (
+        "lr",
+        "betas",
+        "weight_decay",
+        "eps",
+        "amsgrad",
+    )
+
     def __init__(
         self,
-        params: Params,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 1e-2,
-        amsgrad: bool = False,
+        params: Iterable[Any],
+        lr: float | None = None,
+        betas: tuple[float, float] | None = None,
+        eps: float | None = None,
+        weight_decay: float | None = None,
+        amsgrad: bool | None = None,
+        maximize: bool | None = None,
+        foreach: bool | None = None,
+        capturable: bool | None = None,
+        differentiable: bool | None = None,
+        fused: bool | None = None,
         loss_scaling: float | None = None,
+        bias_correction: bool | None = None,
+        accum_type: torch.dtype | None = None,
+        first_order_momentum_accum_type: torch.dtype | None = None,
+        second_order_momentum_accum_type: torch.dtype | None = None,
         max_grad_norm: float | None = None,
     ) -> None:
-        if amsgrad:
-            raise ValueError("Only non-amsgrad Adam/AdamW optimizers are supported: pass amsgrad=False.")
-        torch.optim.AdamW.__init__(self, params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-        self._init_device_attributes(loss_scaling, max_grad_norm)
+        torch_args, variables = _split_arguments(
+            {
+                "params": params,
+                "lr": lr,
+                "betas": betas,
+                "eps": eps,
+                "weight_decay": weight_decay,
+                "amsgrad": amsgrad,
+                "maximize": maximize,
+                "foreach": foreach,
+                "capturable": capturable,
+                "differentiable": differentiable,
+                "fused": fused,
+                "loss_scaling": loss_scaling,
+                "bias_correction": bias_correction,
+                "accum_type": accum_type,
+                "first_order_momentum_accum_type": first_order_momentum_accum_type,
+                "second_order_momentum_accum_type": second_order_momentum_accum_type,
+                "max_grad_norm": max_grad_norm,
+            },
+            AdamW._child_only,
+        )
+        Optimizer.__init__(self)
+        torch.optim.AdamW.__init__(self, **torch_args)
+        _init_adaptive(
+            self, loss_scaling, accum_type, first_order_momentum_accum_type, second_order_momentum_accum_type
+        )
+        self.bias_correction = True if bias_correction is None else bias_correction
+        self.max_grad_norm = float("inf") if max_grad_norm is None else max_grad_norm
+        self.variable_attrs = VariableAttributes(variables, [*self.defaults, *AdamW._child_vars])
 
 
-class RMSprop(DeviceOptimizerMixin, torch.optim.RMSprop):
+class RMSprop(Optimizer, torch.optim.RMSprop):
     """``poptorch.optim.RMSprop`` (no ``max_grad_norm``, as in poptorch 3.4).
 
+    ``use_tf_variant=True`` computes TensorFlow's variant on the device (:class:`TensorFlowRMSprop`).
+
     Example:
-        >>> RMSprop(torch.nn.Linear(2, 1).parameters(), lr=0.01).max_grad_norm is None
-        True
+        >>> RMSprop(torch.nn.Linear(2, 1).parameters(), lr=0.01).loss_scaling
+        1.0
     """
+
+    _child_vars = ("loss_scaling",)
+    _child_only = (
+        *_child_vars,
+        *_ACCUMULATOR_ATTRIBUTES,
+        "use_tf_variant",
+    )
+    _group_vars = (
+        "lr",
+        "momentum",
+        "weight_decay",
+        "alpha",
+        "eps",
+        "centered",
+    )
 
     def __init__(
         self,
-        params: Params,
-        lr: float = 1e-2,
-        alpha: float = 0.99,
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        momentum: float = 0.0,
-        centered: bool = False,
+        params: Iterable[Any],
+        lr: float | None = None,
+        alpha: float | None = None,
+        eps: float | None = None,
+        weight_decay: float | None = None,
+        momentum: float | None = None,
+        centered: bool | None = None,
+        foreach: bool | None = None,
+        maximize: bool | None = None,
+        differentiable: bool | None = None,
         loss_scaling: float | None = None,
+        accum_type: torch.dtype | None = None,
+        first_order_momentum_accum_type: torch.dtype | None = None,
+        second_order_momentum_accum_type: torch.dtype | None = None,
+        use_tf_variant: bool | None = None,
     ) -> None:
-        # No max_grad_norm: poptorch 3.4's RMSprop has none (optim.py, unlike SGD, Adam, AdamW and LAMB).
-        torch.optim.RMSprop.__init__(
-            self, params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered
+        torch_args, variables = _split_arguments(
+            {
+                "params": params,
+                "lr": lr,
+                "alpha": alpha,
+                "eps": eps,
+                "weight_decay": weight_decay,
+                "momentum": momentum,
+                "centered": centered,
+                "foreach": foreach,
+                "maximize": maximize,
+                "differentiable": differentiable,
+                "loss_scaling": loss_scaling,
+                "accum_type": accum_type,
+                "first_order_momentum_accum_type": first_order_momentum_accum_type,
+                "second_order_momentum_accum_type": second_order_momentum_accum_type,
+                "use_tf_variant": use_tf_variant,
+            },
+            RMSprop._child_only,
         )
-        self._init_device_attributes(loss_scaling, None)
+        Optimizer.__init__(self)
+        torch.optim.RMSprop.__init__(self, **torch_args)
+        _init_adaptive(
+            self, loss_scaling, accum_type, first_order_momentum_accum_type, second_order_momentum_accum_type
+        )
+        self.use_tf_variant = bool(use_tf_variant)
+        self.variable_attrs = VariableAttributes(variables, [*self.defaults, *RMSprop._child_vars])
 
 
-# What setOptimizer accepts: torch's four and their poptorch subclasses.
-SUPPORTED_TYPES: tuple[type[torch.optim.Optimizer], ...] = (
-    torch.optim.SGD,
-    torch.optim.Adam,
-    torch.optim.AdamW,
-    torch.optim.RMSprop,
-)
+class LAMB(Optimizer, torch.optim.Optimizer):
+    """``poptorch.optim.LAMB``: layer-wise adaptive moments (You et al., 2019).
+
+    ``max_weight_norm`` caps the weight norm of the trust ratio (default 65500, float16's largest value).
+
+    Its ``step`` is the update the emulated device runs: Adam's moments (bias-corrected unless
+    ``bias_correction=False``), plus ``weight_decay`` times the weight, scaled per tensor by
+    ``min(|w|, max_weight_norm) / |update|`` (1 when either norm is zero).
+
+    Example:
+        >>> opt = LAMB(torch.nn.Linear(2, 1).parameters(), lr=0.01)
+        >>> opt.defaults["max_weight_norm"], opt.variable_attrs.isConstant("betas")
+        (65500.0, True)
+    """
+
+    _child_vars = ("loss_scaling",)
+    _child_only = (
+        *_child_vars,
+        "bias_correction",
+        *_ACCUMULATOR_ATTRIBUTES,
+    )
+    _group_vars = (
+        "lr",
+        "weight_decay",
+        "betas",
+        "eps",
+        "max_weight_norm",
+    )
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float | None = None,
+        betas: tuple[float, float] | None = None,
+        eps: float | None = None,
+        weight_decay: float | None = None,
+        bias_correction: bool | None = None,
+        loss_scaling: float | None = None,
+        max_weight_norm: float | None = None,
+        accum_type: torch.dtype | None = None,
+        first_order_momentum_accum_type: torch.dtype | None = None,
+        second_order_momentum_accum_type: torch.dtype | None = None,
+    ) -> None:
+        _, variables = _split_arguments(
+            {
+                "lr": lr,
+                "betas": betas,
+                "eps": eps,
+                "weight_decay": weight_decay,
+                "bias_correction": bias_correction,
+                "loss_scaling": loss_scaling,
+                "max_weight_norm": max_weight_norm,
+                "accum_type": accum_type,
+                "first_order_momentum_accum_type": first_order_momentum_accum_type,
+                "second_order_momentum_accum_type": second_order_momentum_accum_type,
+            },
+            (),
+        )
+        defaults = {
+            "lr": 1e-3 if lr is None else lr,
+            "betas": (0.9, 0.999) if betas is None else betas,
+            "eps": 1e-8 if eps is None else eps,
+            "weight_decay": 1e-2 if weight_decay is None else weight_decay,
+            "max_weight_norm": 65500.0 if max_weight_norm is None else max_weight_norm,
+        }
+        Optimizer.__init__(self)
+        torch.optim.Optimizer.__init__(self, params, defaults)
+        _init_adaptive(
+            self, loss_scaling, accum_type, first_order_momentum_accum_type, second_order_momentum_accum_type
+        )
+        self.bias_correction = True if bias_correction is None else bias_correction
+        self.max_weight_norm = defaults["max_weight_norm"]
+        self.variable_attrs = VariableAttributes(variables, [*self.defaults, *LAMB._child_vars])
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        """One LAMB update of every parameter that has a gradient."""
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(param)
+                    state["exp_avg_sq"] = torch.zeros_like(param)
+                state["step"] += 1
+                step = float(state["step"])
+                state["exp_avg"].lerp_(param.grad, 1 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
+                first = 1 - beta1**step if self.bias_correction else 1.0
+                second = 1 - beta2**step if self.bias_correction else 1.0
+                update = (state["exp_avg"] / first) / ((state["exp_avg_sq"] / second).sqrt() + group["eps"])
+                update.add_(param, alpha=group["weight_decay"])
+                weight_norm = param.norm().clamp(max=group["max_weight_norm"])
+                update_norm = update.norm()
+                trust = 1.0 if weight_norm == 0 or update_norm == 0 else float(weight_norm / update_norm)
+                param.add_(update, alpha=-group["lr"] * trust)
+        return loss
+
+
+class TensorFlowRMSprop(torch.optim.Optimizer):
+    """The device update of ``RMSprop(use_tf_variant=True)``: TensorFlow's RMSprop, as PopART computes it.
+
+    The squared average starts at ones, ``eps`` is added inside the square root, and with momentum the learning
+    rate is applied before the momentum accumulator (popart ``adaptivedecompose.cpp``, ``rmspropTFVariant``).
+    Weight decay is added to the gradient (L2).
+
+    Example:
+        >>> w = torch.nn.Parameter(torch.ones(1))
+        >>> w.grad = torch.ones(1)
+        >>> TensorFlowRMSprop([w], lr=0.1, alpha=0.9, eps=0.0).step()
+        >>> round(float(w), 4)  # ms = 0.9 + 0.1 = 1, so the step is lr
+        0.9
+    """
+
+    def __init__(self, params: Iterable[Any], **defaults: Any) -> None:
+        base = {"lr": 1e-2, "alpha": 0.99, "eps": 1e-8, "weight_decay": 0.0, "momentum": 0.0, "centered": False}
+        super().__init__(params, {**base, **defaults})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        """One update of every parameter that has a gradient."""
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            alpha, eps, lr, momentum = group["alpha"], group["eps"], group["lr"], group["momentum"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = param.grad.add(param, alpha=group["weight_decay"]) if group["weight_decay"] else param.grad
+                state = self.state[param]
+                if not state:
+                    state["square_avg"] = torch.ones_like(param)
+                    if group["centered"]:
+                        state["grad_avg"] = torch.zeros_like(param)
+                    if momentum:
+                        state["momentum_buffer"] = torch.zeros_like(param)
+                state["square_avg"].mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+                variance = state["square_avg"]
+                if group["centered"]:
+                    state["grad_avg"].mul_(alpha).add_(grad, alpha=1 - alpha)
+                    variance = variance - state["grad_avg"] ** 2
+                update = grad / (variance + eps).sqrt()
+                if "momentum_buffer" in state:
+                    state["momentum_buffer"].mul_(momentum).add_(update, alpha=lr)
+                    param.sub_(state["momentum_buffer"])
+                else:
+                    param.add_(update, alpha=-lr)
+        return loss
+
+
+# PopART's state tensor names: "<prefix>___<weight name>" (popart tensornames.hpp), per optimizer kind and torch
+# state key. SGD's velocity is Accl1 in the separate variant (poptorch's default, sgd2decompose.cpp) and Accl in
+# the combined one (SGD1); RMSprop keeps the squared average in Accl1, the centred average in Accl2 and the
+# momentum in Accl3, without a step counter (adaptivedecompose.cpp); Adam and LAMB keep moments and a step.
+_ADAM_NAMES = {"exp_avg": "Accl1", "exp_avg_sq": "Accl2", "step": "Step"}
+_RMSPROP_NAMES = {"square_avg": "Accl1", "grad_avg": "Accl2", "momentum_buffer": "Accl3"}
+
+
+def state_prefixes(optimizer: Any) -> dict[str, str]:
+    """PopART's name prefix of each torch state entry of a device optimizer like ``optimizer``.
+
+    Example:
+        >>> state_prefixes(SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1, momentum=0.9))
+        {'momentum_buffer': 'Accl1'}
+    """
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW, LAMB)):
+        return dict(_ADAM_NAMES)
+    if isinstance(optimizer, torch.optim.RMSprop):
+        return dict(_RMSPROP_NAMES)
+    if isinstance(optimizer, torch.optim.SGD):
+        return {"momentum_buffer": "Accl" if getattr(optimizer, "use_combined_accum", False) else "Accl1"}
+    raise TypeError(f"Unsupported optimizer type {type(optimizer).__name__}.")
+
+
+def to_ipu_state(
+    host: Any, device: torch.optim.Optimizer, named_params: list[tuple[str, torch.Tensor]]
+) -> dict[str, dict[str, torch.Tensor]]:
+    """``ipu_state`` and ``ipu_param`` of the ``device`` optimizer (for ``host``) whose parameters are ``named``."""
+    names = state_prefixes(host)
+    state: dict[str, torch.Tensor] = {}
+    params: dict[str, torch.Tensor] = {"lossScaling_FLOAT": torch.tensor(float(getattr(host, "loss_scaling", 1.0)))}
+    group_of = {id(p): group for group in device.param_groups for p in group["params"]}
+    for name, param in named_params:
+        for key, value in device.state.get(param, {}).items():
+            if key in names:
+                tensor = value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
+                state[f"{names[key]}___{name}"] = tensor.detach().clone()
+        group = group_of[id(param)]
+        params[f"learningRate___specific___{name}"] = torch.tensor(float(group["lr"]))
+        params[f"weightDecay___specific___{name}"] = torch.tensor(float(group.get("weight_decay", 0.0)))
+    return {"ipu_state": state, "ipu_param": params}
+
+
+def from_ipu_state(
+    host: Any,
+    device: torch.optim.Optimizer,
+    named_params: list[tuple[str, torch.Tensor]],
+    ipu_state: dict[str, torch.Tensor],
+) -> None:
+    """Write ``ipu_state`` into the ``device`` optimizer; a tensor the device has no slot for is skipped with a log.
+
+    poptorch warns about the state tensors the executable expects and the dictionary lacks, and those are left at
+    their initial values (``writeOptimizerState``, ``python/poptorch.cpp:1005-1015``).
+    """
+    names = state_prefixes(host)
+    known: set[str] = set()
+    for name, param in named_params:
+        entries = {}
+        for key, prefix in names.items():
+            tensor_name = f"{prefix}___{name}"
+            known.add(tensor_name)
+            if tensor_name in ipu_state:
+                entries[key] = ipu_state[tensor_name].detach().clone()
+        if entries:
+            if "step" in entries and isinstance(host, LAMB):
+                entries["step"] = entries["step"].reshape(())
+            device.state[param] = entries
+    unknown = sorted(set(ipu_state) - known)
+    if unknown:
+        logger.warning("Optimizer state tensors not used by the model: %s", unknown)
+
+
+def check_max_grad_norm(value: float) -> None:
+    """A clipping norm must be a positive number (``inf``: no clipping)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value <= 0:
+        raise ValueError(f"max_grad_norm must be a positive number, got {value!r}.")

@@ -61,40 +61,49 @@ class DeviceContext:
 
     Attributes:
         current_ipu: IPU of the block being executed.
-        blocks: ``(user_id, ipu_id)`` of every block started, in execution order.
+        blocks: ``(user_id, ipu)`` of every block started, in execution order.
+        block_stages: The stage of each of those blocks.
         operators: Operator name counts per IPU (only when ``record`` is on).
         parameters: Names of the parameters used per IPU (only when ``record`` is on).
         losses: Every loss value computed.
     """
 
-    def __init__(self, parameter_names: dict[int, str], record: bool) -> None:
+    def __init__(self, parameter_names: dict[int, str], record: bool, stages: Any = None) -> None:
         self._parameter_names = parameter_names
         self._record = record
+        # The execution strategy's stage manager (execution.StageManager): which stage and IPU a block gets.
+        self._stages = stages
         self.current_ipu = 0
         self.current_user_id: str | None = None
-        self.auto_increment = False
         self.blocks: list[tuple[str | None, int]] = []
+        self.block_stages: list[int] = []
         self.operators: dict[int, Counter[str]] = {}
         self.parameters: dict[int, set[str]] = {}
         self.losses: list[torch.Tensor] = []
 
     def start_block(self, user_id: str | None, ipu_id: int | None) -> None:
-        """Everything executed from now on belongs to this block, until the next block starts."""
-        if ipu_id is None and self.auto_increment:
-            # AutoStage.AutoIncrement: a block without an IPU gets the next one.
-            ipu_id = max((ipu for _, ipu in self.blocks), default=-1) + 1
-        if ipu_id is None:
-            # poptorch 3.4's default stage manager (options.py:717-723, AutoStage.SameAsIpu, the default of both
-            # execution strategies) asserts that the block names an IPU; it is an AssertionError there too.
-            block = user_id if user_id is not None else str(len(self.blocks))
-            raise AssertionError(
-                f"poptorch.AutoStage.SameAsIpu was selected but no IPU was specified for block {block}"
-            )
-        if isinstance(ipu_id, bool) or not isinstance(ipu_id, int) or ipu_id < 0:
+        """Everything executed from now on belongs to this block, until the next block starts.
+
+        Raises:
+            AssertionError: As poptorch 3.4 asserts, for a block its execution strategy cannot place (see
+                :mod:`.execution`).
+        """
+        if ipu_id is not None and (isinstance(ipu_id, bool) or not isinstance(ipu_id, int) or ipu_id < 0):
             raise TypeError(f"ipu_id must be a non-negative int or None, got {ipu_id!r}.")
-        self.current_ipu = ipu_id
-        self.current_user_id = user_id
-        self.blocks.append((user_id, ipu_id))
+        if self._stages is None:
+            from .execution import PipelinedExecution
+
+            self._stages = PipelinedExecution().stage_manager()
+        name, stage, ipu = self._stages.begin(user_id, ipu_id)
+        self.current_ipu = ipu
+        self.current_user_id = name
+        self.blocks.append((name, ipu))
+        self.block_stages.append(stage)
+
+    def reset_auto_id(self) -> None:
+        """``Block.useAutoId()``: blocks without ``user_id`` are numbered from ``"0"`` again."""
+        if self._stages is not None:
+            self._stages.reset_auto_id()
 
     def end_block(self) -> None:
         """The enclosing block ended (``Block.__exit__``): later operations stay on its IPU, in no named block."""
