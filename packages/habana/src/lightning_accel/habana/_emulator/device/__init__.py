@@ -59,7 +59,7 @@ tensor answer with its backing memory (outside ``torch.compile``); in-place oper
 or strides (``resize_`` to another shape, ``squeeze_``, ``t_``, an ``out=`` tensor of the wrong shape) are refused
 with an explanation; a host parameter cannot take an ``"hpu"`` tensor through ``param.data = hpu_tensor`` (torch
 allows ``.data`` swaps between its built-in dense devices only; move the module first), while an ``"hpu"`` tensor
-that nothing else holds can take host data and back (``_host_data``); moving a module from
+that autograd cannot still use can take host data and back (``_host_data``); moving a module from
 ``"hpu"`` to the host gives it new parameter objects (on Gaudi ``Module._apply`` keeps them); page-locked host memory
 is ordinary host memory (see ``_pinned``); ``torch.save`` tags ``"hpu"`` storages as a Gaudi does, but
 ``torch.load`` without ``map_location`` restores them to the host (see ``_serialization``); and the speed is the

@@ -13,11 +13,12 @@ that the way back (``tensor.data = hpu_tensor``) restores it. Anything that refe
 from C++ (the autograd graph's ``AccumulateGrad`` node, hooks) therefore finds it again afterwards, and a parameter
 trains on after its data went to the host and came back.
 
-The swap is refused (``NotImplementedError``) while anything else holds the device implementation (views of the
-tensor, a recorded autograd graph: ``tensor._use_count() != 1``), the rule ``torch.utils.swap_tensors`` applies too:
-those would keep the old implementation. torch FSDP's full state dicts meet it (each unit's flat parameter is alone
-when it is offloaded); its ``cpu_offload=True`` does not (the forward graph holds the flat parameter when it is
-offloaded again), so that stays a clear error on the emulator.
+Views made before the swap keep the old data, as views do on a Gaudi. The swap is refused (``NotImplementedError``)
+where autograd may use the device implementation: during a backward pass, and with grad mode on while anything else
+holds the tensor (views, saved tensors, its ``AccumulateGrad`` node), since a backward pass still to come would miss
+it (``torch.utils.swap_tensors`` refuses such swaps for that reason). torch FSDP's full state dicts swap under
+``torch.no_grad()`` (or parameters nothing else holds), which runs; its ``cpu_offload=True`` swaps flat parameters
+that autograd holds, so that stays a clear error on the emulator.
 
 What differs from a Gaudi while the data is on the host: the object's class is :class:`HostDataTensor` (a Gaudi
 keeps the class), and its ``.grad`` and autograd hooks are those of the device implementation kept aside, so they are
@@ -79,17 +80,18 @@ def give_host_data(tensor: torch.Tensor, value: torch.Tensor) -> None:
     """
     from ._tensor import HPUTensor, wrap
 
-    holders = tensor._use_count()
-    if holders != 1:
-        # Views of it, a recorded autograd graph or its AccumulateGrad node hold the device implementation and would
-        # not follow the swap (torch.utils.swap_tensors refuses such swaps for the same reason).
+    holders = tensor._use_count() - 1  # type: ignore[attr-defined]
+    if torch._C._current_graph_task_id() != -1 or (torch.is_grad_enabled() and holders):
+        # A backward pass running now, or one still to come for a graph recorded with this tensor (grad mode on and
+        # something holds it: views, saved tensors, its AccumulateGrad node), would use the device implementation,
+        # which the swap takes away. torch.utils.swap_tensors refuses such swaps for the same reason.
         raise NotImplementedError(
             f"An 'hpu' tensor cannot take a {value.device} tensor through `tensor.data = ...` on the emulated HPU "
-            f"while other tensors or autograd hold it ({holders - 1} other reference(s): views, a recorded graph): "
-            "the emulated HPU is a PrivateUse1 device, which torch does not let swap data with the host, so the "
-            "emulator swaps the tensor's implementation, and those references would keep the old one. On a Gaudi "
-            "this runs. torch FSDP's cpu_offload=True does it and cannot run on the emulator; full state dicts "
-            "gathered with offload_to_cpu=True can."
+            f"while autograd may use it ({holders} other reference(s) with grad mode on, or a backward pass "
+            "running): the emulated HPU is a PrivateUse1 device, which torch does not let swap data with the host, "
+            "so the emulator swaps the tensor's implementation, which autograd would then miss. On a Gaudi this "
+            "runs. torch FSDP's cpu_offload=True does it and cannot run on the emulator; full state dicts gathered "
+            "with offload_to_cpu=True can."
         )
     host = value.detach()
     if tensor.requires_grad and (host.is_floating_point() or host.is_complex()):
