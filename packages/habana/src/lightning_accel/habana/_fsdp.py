@@ -198,7 +198,9 @@ def move_to_hpu(module: torch.nn.Module, device: torch.device) -> None:
     torch FSDP moves a host module with ``param.data = param.to(device_id)``, which the emulated HPU cannot take (a
     host tensor cannot swap its data for an ``"hpu"`` tensor, see the emulator's docs). ``module.to`` moves the same
     parameters on both, as lightning-habana's strategy did before wrapping; FSDP then shards tensors already on the HPU.
-    A module on the meta device is materialized on ``device_id`` by FSDP itself.
+    A module on the meta device is materialized on ``device_id`` by FSDP itself. The cost, on hardware too: each rank
+    holds the whole model's parameters on its HPU once, at set-up, where torch FSDP alone would move them unit by unit
+    (the optimizer state is not involved). A model that does not fit on one HPU is created on the meta device.
     """
     if any(t.is_meta for t in (*module.parameters(), *module.buffers())):
         return
@@ -213,9 +215,10 @@ def full_state_dict_context(module: torch.nn.Module) -> AbstractContextManager[A
     shard plus one gathered unit at a time (its flat parameter, or its optimizer states), never the whole model. torch
     FSDP offloads a unit by swapping its flat parameter's data for a host tensor
     (``FlatParamHandle.to_cpu``: ``flat_param.data = flat_param.to("cpu")``), which Gaudi's built-in HPU device type
-    allows. One exception, torch's: it cannot offload ``NO_SHARD`` units ("offload_to_cpu=True and NO_SHARD is not
-    supported yet"; FSDP also turns a world size of 1 into ``NO_SHARD``), whose full parameters every rank holds
-    anyway, so a model with such units is gathered on the device, where Lightning's own strategy fails.
+    allows. One exception, torch's: it cannot offload the parameters of ``NO_SHARD`` units ("offload_to_cpu=True and
+    NO_SHARD is not supported yet"; FSDP also turns a world size of 1 into ``NO_SHARD``), whose full parameters every
+    rank holds anyway, so the parameters of a model with such units are gathered on the device (where Lightning's own
+    strategy fails); its optimizer state still goes to the host.
     """
     from torch.distributed.fsdp import FullStateDictConfig, ShardingStrategy, StateDictType
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -226,7 +229,7 @@ def full_state_dict_context(module: torch.nn.Module) -> AbstractContextManager[A
         module=module,
         state_dict_type=StateDictType.FULL_STATE_DICT,
         state_dict_config=FullStateDictConfig(offload_to_cpu=offload, rank0_only=True),
-        optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=offload, rank0_only=True),
+        optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=True, rank0_only=True),
     )
 
 
