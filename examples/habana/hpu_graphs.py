@@ -73,7 +73,8 @@ def main() -> None:
     # Static graphs need static shapes: drop the last, smaller batch.
     trainer.fit(model, DataLoader(data, batch_size=BATCH, shuffle=True, drop_last=True))
 
-    # ModuleCacher: one graph per input shape for training forward and backward, at most max_graphs kept.
+    # ModuleCacher: one graph per input shape for training forward and backward, for the first max_graphs shapes;
+    # later shapes run uncaptured (the 16-row batch here), as on the SDK.
     cached = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
     cacher = htcore.hpu.ModuleCacher(max_graphs=2)
     cacher(model=cached, inplace=True)
@@ -83,7 +84,7 @@ def main() -> None:
         optimizer.zero_grad()
         F.cross_entropy(cached(x), y).backward()
         optimizer.step()
-    print(f"ModuleCacher keeps {len(cacher.model_dict)} graphs after {len(cacher.capture_history)} captures")
+    print(f"ModuleCacher keeps {len(cacher.model_dict)} graphs; {cacher.uncached_train_hits} step(s) ran uncaptured")
 
     # Lightning switch: evaluation and prediction forward as HPU graphs, no code change in the model.
     predictions = Trainer(accelerator="hpu", devices=1, logger=False, callbacks=[HPUGraphs()]).predict(

@@ -183,35 +183,6 @@ def test_make_graphed_callables_trains_like_eager() -> None:
     assert graphed == pytest.approx(eager, rel=1e-5)
 
 
-def test_module_cacher_keeps_max_graphs_and_recaptures_the_evicted_signature() -> None:
-    torch.manual_seed(0)
-    net = _net()
-    reference = _net()
-    reference.load_state_dict(net.state_dict())
-    cacher = htcore.hpu.ModuleCacher(max_graphs=2)
-    model = cacher(model=net, inplace=True)
-    assert model is net
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
-    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
-    shapes = [4, 8, 16, 4, 4]
-    for size in shapes:
-        x = torch.randn(size, 16)
-        y = torch.randint(0, 4, (size,))
-        for module, opt in ((net, optimizer), (reference, reference_optimizer)):
-            opt.zero_grad()
-            loss = F.cross_entropy(module(x), y)
-            loss.backward()
-            opt.step()
-        for param, expected in zip(net.parameters(), reference.parameters(), strict=True):
-            torch.testing.assert_close(param, expected)
-
-    assert len(cacher.model_dict) == 2
-    captured = [key[1][0][0] for key in cacher.capture_history]  # the batch size of each capture's input
-    assert captured == [4, 8, 16, 4]  # 4 was evicted by 16 and captured again; its second visit replays
-    assert [key[1][0][0] for key in cacher.eviction_history] == [4, 8]
-    assert sorted(key[1][0][0] for key in cacher.model_dict) == [4, 16]
-
-
 def test_module_cacher_runs_eager_outside_training() -> None:
     net = _net()
     cacher = htcore.hpu.ModuleCacher(max_graphs=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,45 @@ def test_without_hpus_the_profiler_says_it_records_the_cpu_only(clean_env: pytes
     clean_env.setattr(sdk, "is_sdk_installed", lambda: False)
     with pytest.warns(UserWarning, match=r"HPUProfiler records CPU activity only: no HPU can be used in this process"):
         assert profiler_module._activities() == [ProfilerActivity.CPU]
+
+
+def _one_step_trainer(profiler: HPUProfiler) -> Trainer:
+    return Trainer(
+        accelerator="hpu",
+        devices=1,
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        profiler=profiler,
+    )
+
+
+def test_the_sdks_own_habana_profile_is_accepted_silently(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SDK sets HABANA_PROFILE=profile_api_light when it loads and the variable is unset (bridge 1.19
+    # core/__init__.py), so on Gaudi every profiled run sees it.
+    monkeypatch.setenv("HABANA_PROFILE", "profile_api_light")
+    profiler = HPUProfiler(dirpath=tmp_path, filename="profile")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _one_step_trainer(profiler).fit(digits_classifier(), digits_loaders()[0])
+    assert not [w for w in caught if "HABANA_PROFILE" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("profile_api", r"HABANA_PROFILE='profile_api' turns on the Intel Gaudi profiling subsystem"),
+        ("0", r"HABANA_PROFILE='0' keeps the SDK from setting its default 'profile_api_light'"),
+    ],
+)
+def test_a_habana_profile_of_the_users_own_is_said(value: str, says: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HABANA_PROFILE", value)
+    profiler = HPUProfiler(schedule=None)
+    with pytest.warns(UserWarning, match=says):
+        profiler._create_profilers()  # what the Trainer calls when profiling starts
+    profiler.profiler = None  # never started: nothing to stop at teardown
 
 
 def test_habana_profile_set_is_said_when_profiling_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

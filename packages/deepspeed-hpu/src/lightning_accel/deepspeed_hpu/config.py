@@ -219,6 +219,13 @@ def check_batch_size(config: Mapping[str, Any], world_size: int) -> None:
 def check_nvme_offload(config: Mapping[str, Any]) -> None:
     """Check that offloading to NVMe can work here: a writable ``nvme_path`` and DeepSpeed's ``async_io`` op.
 
+    DeepSpeed swaps tensors to NVMe through its ``async_io`` op, which the accelerator's ``AsyncIOBuilder`` builds. The
+    HPU accelerator has none, in upstream DeepSpeed (0.19: ``op_builder/hpu/`` holds ``builder``, ``cpu_adam``,
+    ``fp_quantizer``, ``fused_adam``, ``no_impl`` and ``transformer_inference``) and in Intel's DeepSpeed for Gaudi
+    (HabanaAI/DeepSpeed tag 1.21.0, the same six modules), so ``create_op_builder("AsyncIOBuilder")`` gives ``None``
+    and NVMe offload is refused on Gaudi with the reason. A DeepSpeed that ships such a builder is asked whether it
+    can build the op here.
+
     Raises:
         ConfigurationError: Saying what is missing and how to get it, or to offload to CPU instead.
     """
@@ -240,13 +247,23 @@ def check_nvme_offload(config: Mapping[str, Any]) -> None:
                 "tensors there. Fix: HPUDeepSpeedStrategy(nvme_path='/path/on/a/fast/local/disk') (or set it in the "
                 "config), or offload to CPU: strategy='hpu_deepspeed_stage_3_offload'."
             )
+    import deepspeed
     from deepspeed.accelerator import get_accelerator
 
-    builder = get_accelerator().create_op_builder("AsyncIOBuilder")
-    if builder is None or not builder.is_compatible(verbose=False):
+    accelerator = get_accelerator()
+    builder = accelerator.create_op_builder("AsyncIOBuilder")
+    if builder is None:
+        raise ConfigurationError(
+            "Offloading to NVMe (zero_optimization.offload_*.device='nvme') needs DeepSpeed's async_io op, and "
+            f"DeepSpeed {deepspeed.__version__}'s {type(accelerator).__name__} has no AsyncIOBuilder to build it: "
+            "no DeepSpeed has one for HPUs (neither upstream DeepSpeed nor Intel's DeepSpeed for Gaudi), so no "
+            "library or package installed here makes NVMe offload work. Fix: offload to CPU: "
+            "strategy='hpu_deepspeed_stage_3_offload' (or zero_optimization.offload_*.device='cpu')."
+        )
+    if not builder.is_compatible(verbose=False):
         raise ConfigurationError(
             "Offloading to NVMe (zero_optimization.offload_*.device='nvme') needs DeepSpeed's async_io op, which "
-            "cannot be built here: the libaio headers and library are missing. Fix: install them (`apt-get install "
-            "libaio-dev`, or unpack the libaio-dev and libaio1 packages and point CFLAGS/LDFLAGS/LD_LIBRARY_PATH at "
-            "them), or offload to CPU: strategy='hpu_deepspeed_stage_3_offload'."
+            f"{type(accelerator).__name__}'s AsyncIOBuilder cannot build here (DeepSpeed's builder needs the libaio "
+            "headers and library; `python -m deepspeed.env_report` says what is missing). Fix: install them (e.g. "
+            "`apt-get install libaio-dev`), or offload to CPU: strategy='hpu_deepspeed_stage_3_offload'."
         )

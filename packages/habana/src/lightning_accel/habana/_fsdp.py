@@ -41,7 +41,7 @@ __all__ = [
     "check_state_dict_type",
     "check_unsupported_fp8_arguments",
     "fsdp_device",
-    "full_state_dict_on_device",
+    "full_state_dict_context",
     "hpu_precision_plugin",
     "mixed_precision_config",
     "move_to_hpu",
@@ -198,32 +198,38 @@ def move_to_hpu(module: torch.nn.Module, device: torch.device) -> None:
     torch FSDP moves a host module with ``param.data = param.to(device_id)``, which the emulated HPU cannot take (a
     host tensor cannot swap its data for an ``"hpu"`` tensor, see the emulator's docs). ``module.to`` moves the same
     parameters on both, as lightning-habana's strategy did before wrapping; FSDP then shards tensors already on the HPU.
-    A module on the meta device is materialized on ``device_id`` by FSDP itself.
+    A module on the meta device is materialized on ``device_id`` by FSDP itself. The cost, on hardware too: each rank
+    holds the whole model's parameters on its HPU once, at set-up, where torch FSDP alone would move them unit by unit
+    (the optimizer state is not involved). A model that does not fit on one HPU is created on the meta device.
     """
     if any(t.is_meta for t in (*module.parameters(), *module.buffers())):
         return
     module.to(device)
 
 
-def full_state_dict_on_device(module: torch.nn.Module) -> AbstractContextManager[Any]:
-    """FSDP's full state dict, gathered on rank 0's HPU (not offloaded to the host while gathering).
+def full_state_dict_context(module: torch.nn.Module) -> AbstractContextManager[Any]:
+    """FSDP's full state dict, gathered on rank 0 unit by unit and offloaded to the host as each unit is gathered.
 
-    Lightning gathers it with ``offload_to_cpu=True``, for which torch FSDP swaps each flat parameter's data for a
-    host tensor (``flat_param.data = flat_param.to("cpu")``). torch allows that swap between its built-in dense
-    devices only (``TensorImpl::has_compatible_shallow_copy_type``: CPU, CUDA, MPS, HIP, XPU and HPU), which Gaudi's
-    ``DeviceType::HPU`` is and a PrivateUse1 device, such as the emulated HPU, is not. Gathering on the device works
-    on both; the cost is that rank 0 holds the full parameters on its HPU while the checkpoint is assembled. The file
-    holds host tensors either way (the checkpoint I/O moves them).
+    The settings are Lightning's (``lightning/fabric/strategies/fsdp.py``, ``_get_full_state_dict_context``:
+    ``offload_to_cpu=True, rank0_only=True`` for the parameters and the optimizer state), so a rank's device holds its
+    shard plus one gathered unit at a time (its flat parameter, or its optimizer states), never the whole model. torch
+    FSDP offloads a unit by swapping its flat parameter's data for a host tensor
+    (``FlatParamHandle.to_cpu``: ``flat_param.data = flat_param.to("cpu")``), which Gaudi's built-in HPU device type
+    allows. One exception, torch's: it cannot offload the parameters of ``NO_SHARD`` units ("offload_to_cpu=True and
+    NO_SHARD is not supported yet"; FSDP also turns a world size of 1 into ``NO_SHARD``), whose full parameters every
+    rank holds anyway, so the parameters of a model with such units are gathered on the device (where Lightning's own
+    strategy fails); its optimizer state still goes to the host.
     """
-    from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullStateDictConfig, ShardingStrategy, StateDictType
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.api import FullOptimStateDictConfig
 
+    offload = all(unit.sharding_strategy != ShardingStrategy.NO_SHARD for unit in FSDP.fsdp_modules(module))
     return FSDP.state_dict_type(
         module=module,
         state_dict_type=StateDictType.FULL_STATE_DICT,
-        state_dict_config=FullStateDictConfig(offload_to_cpu=False, rank0_only=True),
-        optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=True),
+        state_dict_config=FullStateDictConfig(offload_to_cpu=offload, rank0_only=True),
+        optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=True, rank0_only=True),
     )
 
 

@@ -33,7 +33,9 @@ class HPUGraphs(Callback):
 
     Args:
         stages: Which of ``"validate"``, ``"test"``, ``"predict"`` run with graphs (all by default).
-        max_graphs: How many input shapes to keep graphs for (least recently used dropped); no limit when ``None``.
+        max_graphs: How many input shapes get a graph, per stage: the first ``max_graphs`` shapes are captured and
+            replayed, later ones run the original ``forward`` uncaptured (the SDK's ``wrap_in_hpu_graph`` evicts
+            nothing); no limit when ``None``.
 
     Raises:
         ConfigurationError: For an unknown stage or a bad ``max_graphs``; at set-up, when the SDK runs in eager mode
@@ -101,8 +103,8 @@ class HPUGraphs(Callback):
             pl_module.forward = original  # type: ignore[method-assign]
         else:
             pl_module.__dict__.pop("forward", None)
-        # What wrap_in_hpu_graph adds to the module (the SDK adds clear_inputs): left behind, it keeps the graphs alive.
-        for name in ("clear_cache", "clear_inputs", "hpu_graph_cache"):
+        # What wrap_in_hpu_graph adds to the module: left behind, it keeps the graphs alive.
+        for name in ("clear_cache", "clear_inputs"):
             pl_module.__dict__.pop(name, None)
 
     @override

@@ -54,18 +54,38 @@ def _current_activities(requested: list[Any] | None) -> list[Any]:
     return resolved
 
 
+SDK_DEFAULT_PROFILE = "profile_api_light"
+"""The ``HABANA_PROFILE`` the SDK sets when it loads and the variable is unset.
+
+gaudi-pytorch-bridge 1.19.0, ``habana_frameworks/torch/core/__init__.py`` (``_enable_profiler_if_needed``, called
+at the end of the module): ``if "HABANA_PROFILE" not in os.environ: os.environ["HABANA_PROFILE"] =
+"profile_api_light"``. The SDK's TensorFlow loader says why (``library_loader.py``): "By default use Profiler API
+instrumentation so that user can do profiling with TensorBoard". lightning-habana's ``HPUProfiler`` (1.5 and later,
+``profiler.py``) accepted this value and an unset variable, and refused every other.
+"""
+
+
 def _warn_if_the_sdk_profiler_is_on() -> None:
     value = os.environ.get("HABANA_PROFILE", "")
-    if value in ("", "0"):
+    if value in ("", SDK_DEFAULT_PROFILE):
         return
     from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-    # Not an error: the SDK documents HABANA_PROFILE on its own, and how its profiling subsystem and a torch.profiler
-    # trace interact has not been seen on hardware here. Saying so beats two tools silently sharing a run.
+    # Not an error: the SDK documents HABANA_PROFILE on its own ("1" or a template name of hl-prof-config turns on its
+    # profiling subsystem, Intel Gaudi docs, Profiling > Runtime), and how that and a torch.profiler trace interact
+    # has not been seen on hardware here. Saying so beats two tools silently sharing a run.
+    if value == "0":
+        rank_zero_warn(
+            "HABANA_PROFILE='0' keeps the SDK from setting its default 'profile_api_light', the API instrumentation "
+            "that profiling with TensorBoard relies on, so HPUProfiler's trace may lack HPU activity. Unset "
+            "HABANA_PROFILE (the SDK then sets 'profile_api_light'), or set it to 'profile_api_light'."
+        )
+        return
     rank_zero_warn(
         f"HABANA_PROFILE={value!r} turns on the Intel Gaudi profiling subsystem (an .hltv trace set up with "
         "hl-prof-config) while HPUProfiler records a torch.profiler trace. Profile with one at a time: unset "
-        "HABANA_PROFILE for HPUProfiler's trace, or drop HPUProfiler for the .hltv trace."
+        "HABANA_PROFILE (the SDK then sets its default 'profile_api_light') for HPUProfiler's trace, or drop "
+        "HPUProfiler for the .hltv trace."
     )
 
 

@@ -19,7 +19,7 @@ from .._devices import parallel_root_device
 from .._fsdp import (
     check_state_dict_type,
     fsdp_device,
-    full_state_dict_on_device,
+    full_state_dict_context,
     hpu_precision_plugin,
     move_to_hpu,
     refuse_device_mesh_tuple,
@@ -100,7 +100,7 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
             device_mesh=device_mesh,
             **kwargs,
         )
-        self._full_on_device = state_dict_type == "full"
+        self._full = state_dict_type == "full"
 
     @property
     @override
@@ -156,16 +156,16 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
         storage_options: Any | None = None,
         filter: dict[str, Callable[[str, Any], bool]] | None = None,
     ) -> None:
-        """Save the state; for ``"full"``, gathered on rank 0's HPU and written atomically by :class:`HPUCheckpointIO`.
+        """Save the state; ``"full"`` is gathered to rank 0's host unit by unit and written atomically.
 
-        See ``_fsdp.full_state_dict_on_device`` for why the full state is not offloaded while it is gathered.
+        The file is written by :class:`HPUCheckpointIO`; see ``_fsdp.full_state_dict_context`` for the gathering.
 
         Raises:
             TypeError: When ``storage_options`` is given.
             ValueError: When ``state`` does not hold exactly one module set up with FSDP.
             IsADirectoryError: When a full checkpoint would replace a directory.
         """
-        if not self._full_on_device:
+        if not self._full:
             super().save_checkpoint(path, state, storage_options=storage_options, filter=filter)
             return
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -193,7 +193,7 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
                 "model returned by fabric.setup_module (save several models to several paths)."
             )
         full: dict[str, Any] = {}
-        with full_state_dict_on_device(modules[0]):
+        with full_state_dict_context(modules[0]):
             for key, obj in state.items():
                 if isinstance(obj, torch.nn.Module):
                     converted = obj.state_dict()

@@ -21,7 +21,7 @@ from .._devices import parallel_root_device
 from .._fsdp import (
     check_state_dict_type,
     fsdp_device,
-    full_state_dict_on_device,
+    full_state_dict_context,
     hpu_precision_plugin,
     move_to_hpu,
     refuse_lazy_mode,
@@ -132,7 +132,7 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
             device_mesh=device_mesh,
             **kwargs,
         )
-        self._full_on_device = state_dict_type == "full"
+        self._full = state_dict_type == "full"
 
     @property
     @override
@@ -189,17 +189,17 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
 
     @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
-        """The model's state: gathered on rank 0 for ``"full"`` (see ``_fsdp.full_state_dict_on_device``)."""
-        if not self._full_on_device:
+        """The model's state: for ``"full"``, gathered to rank 0's host unit by unit (see ``_fsdp``)."""
+        if not self._full:
             return super().lightning_module_state_dict()
         assert self.model is not None
-        with full_state_dict_on_device(self.model):
+        with full_state_dict_context(self.model):
             return self.model.state_dict()
 
     @override
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        """An optimizer's state: for ``"full"`` gathered on rank 0 and keyed by parameter index, as Lightning's."""
-        if not self._full_on_device:
+        """An optimizer's state: for ``"full"`` gathered to rank 0's host unit by unit, keyed by parameter index."""
+        if not self._full:
             return super().optimizer_state(optimizer)
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp import OptimStateKeyType
@@ -207,7 +207,7 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
         if isinstance(optimizer, LightningOptimizer):
             optimizer = optimizer.optimizer
         assert self.model is not None
-        with full_state_dict_on_device(self.model):
+        with full_state_dict_context(self.model):
             state: dict[str, Any] = FSDP.optim_state_dict(self.model, optimizer)
             if self.global_rank == 0:
                 state = FSDP.rekey_optim_state_dict(state, OptimStateKeyType.PARAM_ID, self.model)

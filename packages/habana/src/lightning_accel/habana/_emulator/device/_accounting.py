@@ -12,7 +12,9 @@ saved tensors, optimizer state reached only through C++).
 What it does not count: temporaries that one ATen kernel allocates and frees on the backing device while it runs
 (a real HPU kernel's workspace is also outside the SDK's tensor statistics), and storages that never become
 ``"hpu"`` tensors. A storage that is resized in place (an ``out=`` argument grown by the kernel) counts as a free of
-its old size and an allocation of its new one, as a reallocation on a device would. Storages of zero bytes are not
+its old size and an allocation of its new one, as a reallocation on a device would; a storage resized through
+its own ``resize_`` (torch FSDP frees and reallocates its unsharded parameters that way) counts as a free when it
+shrinks to nothing and as an allocation when it grows from nothing (:func:`resized`). Storages of zero bytes are not
 allocations and are not counted.
 
 The counters are kept per emulated device index (the index of the ``"hpu:N"`` tensor that first held the storage).
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["AllocationStats", "DeviceAllocations", "allocations", "track", "track_resized"]
+__all__ = ["AllocationStats", "DeviceAllocations", "allocations", "resized", "track", "track_resized"]
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,8 @@ class DeviceAllocations:
             if known is not None:
                 if known[1] == nbytes:
                     return
-                self._free(known[0], known[1])
+                if known[1]:
+                    self._free(known[0], known[1])
                 ref = known[2]
             elif nbytes:
                 # A weak reference with a callback costs a fraction of weakref.finalize, and this runs per operation.
@@ -133,6 +136,34 @@ class DeviceAllocations:
             if nbytes > c.max_alloc_size:
                 c.max_alloc_size = nbytes
 
+    def resized(self, storage: torch.UntypedStorage, index: int) -> None:
+        """Count an in-place resize of ``storage`` (of emulated HPU ``index``) as a free and an allocation.
+
+        The old bytes, if any, are freed and the new ones, if any, allocated; the storage stays known while it holds
+        nothing, so that growing it again counts too.
+        """
+        key = storage._cdata
+        nbytes = storage.nbytes()
+        with self._lock:
+            known = self._live.get(key)
+            if known is None:
+                if nbytes:
+                    self.record(storage, index)
+                return
+            if known[1] == nbytes:
+                return
+            if known[1]:
+                self._free(known[0], known[1])
+            self._live[key] = (known[0], nbytes, known[2])
+            if nbytes:
+                c = self._of(known[0])
+                c.in_use += nbytes
+                if c.in_use > c.max_in_use:
+                    c.max_in_use = c.in_use
+                c.num_allocs += 1
+                if nbytes > c.max_alloc_size:
+                    c.max_alloc_size = nbytes
+
     def _free(self, index: int, nbytes: int) -> None:
         c = self._of(index)
         c.in_use -= nbytes
@@ -142,7 +173,7 @@ class DeviceAllocations:
         with self._lock:
             key = self._keys.pop(id(ref), None)
             known = self._live.pop(key, None) if key is not None else None
-            if known is not None:
+            if known is not None and known[1]:
                 self._free(known[0], known[1])
 
 
@@ -159,3 +190,8 @@ def track(backing: torch.Tensor, index: int) -> None:
 def track_resized(backing: torch.Tensor, index: int) -> None:
     """Record the storage of ``backing`` after an operation that may have resized it in place."""
     allocations.record(backing.untyped_storage(), index)
+
+
+def resized(storage: torch.UntypedStorage, index: int) -> None:
+    """Count an in-place resize of ``storage``, the backing storage of a tensor of emulated HPU ``index``."""
+    allocations.resized(storage, index)

@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from ._accounting import track
+from ._accounting import resized, track
+from ._host_data import give_host_data
 
 __all__ = ["HPUTensor", "layout_refusal", "unwrap", "wrap"]
 
@@ -136,6 +137,10 @@ class HPUTensor(torch.Tensor):
     @data.setter
     def data(self, value: torch.Tensor) -> None:
         # torch's setter copies the TensorImpl's metadata but knows nothing of _elem, which would keep the old data.
+        if value.device.type == "cpu":
+            # A Gaudi takes host data here (HPU is one of torch's built-in dense devices); see _host_data.
+            give_host_data(self, value)
+            return
         try:
             _DATA.__set__(self, value)
         except RuntimeError as exc:
@@ -145,11 +150,23 @@ class HPUTensor(torch.Tensor):
             # and PrivateUse1 is not one of them.
             raise NotImplementedError(
                 f"An 'hpu' tensor cannot take a {value.device} tensor through `tensor.data = ...` on the emulated "
-                "HPU: it is a PrivateUse1 device, and torch swaps data between its built-in dense devices only "
-                "(CPU, CUDA, HPU...). On a Gaudi, where 'hpu' is built in, this runs. torch FSDP does it for "
-                "cpu_offload=True and for state dicts gathered with offload_to_cpu=True."
+                "HPU: it is a PrivateUse1 device, and torch swaps data between its built-in dense devices only; the "
+                "emulator takes 'hpu' and host ('cpu') tensors there."
             ) from exc
         self._elem = value._elem if type(value) is HPUTensor else value
+
+    def _typed_storage(self) -> torch.TypedStorage:
+        # torch FSDP frees and reallocates device memory by resizing a tensor's storage in place
+        # (`tensor._typed_storage()._resize_(n)`), which no operation reaches: the accounting is told here.
+        storage = super()._typed_storage()
+        resize, index = storage._resize_, self.device.index
+
+        def _resize_(size: int) -> None:
+            resize(size)
+            resized(storage._untyped_storage, index)
+
+        storage._resize_ = _resize_
+        return storage
 
     def numpy(self, *, force: bool = False) -> Any:
         """Refused as for any device tensor: copy it to the host first."""

@@ -1,10 +1,17 @@
-"""Graph caches keyed by input signature: the emulated ``ModuleCacher`` and ``wrap_in_hpu_graph``."""
+"""Graph caches keyed by input signature: the emulated ``ModuleCacher`` and ``wrap_in_hpu_graph``.
+
+Neither evicts, as on the SDK (gaudi-pytorch-bridge 1.19.0, ``habana_frameworks/torch/hpu/graphs.py``): once
+``max_graphs`` graphs are cached, a call with a new signature runs the original forward uncaptured
+(``wrapped_hpugraph_forward``: ``if max_graphs is not None and len(cache) == max_graphs: return orig_fwd(...)``;
+``ModuleCacher.forward`` inserts only while ``len(self.model_dict) < self.max_graphs`` and otherwise counts an uncached
+hit). The graphs cached first stay until ``module.clear_cache()`` (``wrap_in_hpu_graph`` only; ``ModuleCacher`` has no
+way to drop them).
+"""
 
 from __future__ import annotations
 
 import copy
 import functools
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -31,38 +38,11 @@ def signature(leaves: list[Any], spec: Any) -> Hashable:
     return tuple(parts)
 
 
-class _LRU:
-    """At most ``capacity`` entries (unbounded when ``None``); the least recently used goes first."""
-
-    def __init__(self, capacity: int | None) -> None:
-        self.capacity = capacity
-        self.entries: OrderedDict[Hashable, Any] = OrderedDict()
-        self.captures: list[Hashable] = []
-        self.evictions: list[Hashable] = []
-
-    def get(self, key: Hashable) -> Any:
-        entry = self.entries.get(key)
-        if entry is not None:
-            self.entries.move_to_end(key)
-        return entry
-
-    def put(self, key: Hashable, entry: Any) -> None:
-        if self.capacity is not None:
-            while len(self.entries) >= self.capacity:
-                evicted, _ = self.entries.popitem(last=False)
-                self.evictions.append(evicted)
-        self.entries[key] = entry
-        self.captures.append(key)
-
-    def clear(self) -> None:
-        self.entries.clear()
-
-
 def _check_max_graphs(max_graphs: Any, owner: str, allow_none: bool) -> None:
     valid = isinstance(max_graphs, int) and not isinstance(max_graphs, bool) and max_graphs >= 1
     if not (valid or (allow_none and max_graphs is None)):
         raise ValueError(
-            f"{owner}(max_graphs={max_graphs!r}) is not accepted. Accepted: a positive int (how many graphs to keep)"
+            f"{owner}(max_graphs={max_graphs!r}) is not accepted. Accepted: a positive int (how many graphs to cache)"
             f"{' or None (no limit)' if allow_none else ''}."
         )
 
@@ -113,15 +93,16 @@ class _GraphedCall:
 
 
 class ModuleCacher:
-    """Keep one HPU graph per input signature of a module's training forward (at most ``max_graphs``).
+    """Cache one HPU graph per input signature of a module's training forward, for the first ``max_graphs`` signatures.
 
     Calls in training mode with gradients enabled (and lazy mode, as on the SDK) run graphs: a new signature is
-    captured (forward and backward, executing the work), a known one replayed. When ``max_graphs`` graphs are kept
-    and a new signature comes, the least recently used graph is dropped; it is captured again if its signature
-    returns. Other calls (evaluation, ``torch.no_grad``) run the original forward.
+    captured (forward and backward, executing the work) while fewer than ``max_graphs`` graphs are cached, a known one
+    replayed. Once ``max_graphs`` graphs are cached, a new signature runs the original forward, uncaptured, and is
+    counted in ``uncached_train_hits``, as on the SDK: nothing is evicted. Other calls (evaluation,
+    ``torch.no_grad``) run the original forward too.
 
     Args:
-        max_graphs: How many graphs to keep.
+        max_graphs: How many graphs to cache.
 
     Example:
         >>> from lightning_accel.habana.sdk import htcore  # doctest: +SKIP
@@ -131,28 +112,14 @@ class ModuleCacher:
     def __init__(self, max_graphs: int = 10) -> None:
         _check_max_graphs(max_graphs, "ModuleCacher", allow_none=False)
         self.max_graphs = max_graphs
-        self._cache = _LRU(max_graphs)
+        # The graphs cached, by input signature (the SDK's attribute of this name).
+        self.model_dict: dict[Hashable, _GraphedCall] = {}
         self.cached_hits_dict: dict[Hashable, int] = {}
         self.uncached_train_hits = 0
         self.uncached_eval_hits = 0
         self.model: torch.nn.Module | None = None
         self._forward: Callable[..., Any] | None = None
         self.allow_unused_input = False
-
-    @property
-    def model_dict(self) -> OrderedDict[Hashable, Any]:
-        """The graphs kept, by input signature, least recently used first."""
-        return self._cache.entries
-
-    @property
-    def capture_history(self) -> list[Hashable]:
-        """Emulator only: the signature of every capture, in order (a signature captured again appears twice)."""
-        return list(self._cache.captures)
-
-    @property
-    def eviction_history(self) -> list[Hashable]:
-        """Emulator only: the signature of every graph dropped to make room, in order."""
-        return list(self._cache.evictions)
 
     def __call__(
         self,
@@ -192,33 +159,32 @@ class ModuleCacher:
         assert self.model is not None and self._forward is not None
         from ..core import is_lazy  # the core module imports this package
 
-        if not (self.model.training and torch.is_grad_enabled() and is_lazy()):
-            if self.model.training:
-                self.uncached_train_hits += 1
-            else:
-                self.uncached_eval_hits += 1
-            return self._forward(*args, **kwargs)
-        leaves, spec = tree_flatten((args, kwargs))
-        key = signature(leaves, spec)
-        entry = self._cache.get(key)
-        if entry is None:
-            params = tuple(self.model.parameters())
-            entry = _GraphedCall(self._forward, leaves, spec, params, self.allow_unused_input)
-            self._cache.put(key, entry)
-        self.cached_hits_dict[key] = self.cached_hits_dict.get(key, 0) + 1
-        return entry(leaves)
-
-    def clear_cache(self) -> None:
-        """Drop every graph."""
-        self._cache.clear()
+        if self.model.training and torch.is_grad_enabled() and is_lazy():
+            leaves, spec = tree_flatten((args, kwargs))
+            key = signature(leaves, spec)
+            entry = self.model_dict.get(key)
+            if entry is None and len(self.model_dict) < self.max_graphs:
+                params = tuple(self.model.parameters())
+                entry = self.model_dict[key] = _GraphedCall(
+                    self._forward, leaves, spec, params, self.allow_unused_input
+                )
+            if entry is not None:
+                self.cached_hits_dict[key] = self.cached_hits_dict.get(key, 0) + 1
+                return entry(leaves)
+        if self.model.training:
+            self.uncached_train_hits += 1
+        else:
+            self.uncached_eval_hits += 1
+        return self._forward(*args, **kwargs)
 
     def log_stats(self) -> str:
         """The cache statistics, as the SDK prints them."""
+        cached = sum(self.cached_hits_dict.values())
         text = (
             f"HPU Graph Statistics\n  Max graphs: {self.max_graphs}\n  No. of HPUGraphs cached: {len(self.model_dict)}"
-            f"\n  Captures: {len(self._cache.captures)}\n  Evictions: {len(self._cache.evictions)}"
-            f"\n  Total cached hits: {sum(self.cached_hits_dict.values())}"
+            f"\n  Total cached hits: {cached}"
             f"\n  Uncached train hits: {self.uncached_train_hits}\n  Uncached eval hits: {self.uncached_eval_hits}"
+            f"\n  Total forwards executed: {cached + self.uncached_train_hits + self.uncached_eval_hits}"
         )
         print(text)
         return text
@@ -257,14 +223,16 @@ def wrap_in_hpu_graph(
     captured inputs and replay. The returned tensors are the graph's static outputs, overwritten by the next call
     with the same signature. Calls that need autograd (gradients enabled and a parameter or input requiring grad)
     run the original forward, since a forward-only graph cannot be differentiated; ``bypass_hpu_graphs=True`` does
-    too. ``module.clear_cache()`` drops the graphs.
+    too. Once ``max_graphs`` graphs are cached, a call with a new signature runs the original forward, uncaptured, as
+    on the SDK: nothing is evicted. ``module.clear_cache()`` drops the graphs, ``module.clear_inputs()`` calls each
+    graph's ``clear_inputs()``.
 
     Args:
         module: The module whose ``forward`` is wrapped (in place).
         asynchronous: Accepted for compatibility with the SDK.
         disable_tensor_cache: Accepted for compatibility with the SDK (the emulator keeps captured tensors).
         dry_run: Accepted for compatibility with the SDK.
-        max_graphs: How many graphs to keep (least recently used dropped first); no limit when ``None``.
+        max_graphs: How many graphs to cache (later signatures run uncaptured); no limit when ``None``.
 
     Raises:
         TypeError: When ``module`` is not an ``nn.Module``.
@@ -274,7 +242,7 @@ def wrap_in_hpu_graph(
         raise TypeError(f"wrap_in_hpu_graph(module=...) needs a torch.nn.Module, got {type(module).__name__}.")
     refuse_compiled(module, "module")
     _check_max_graphs(max_graphs, "wrap_in_hpu_graph", allow_none=True)
-    cache = _LRU(max_graphs)
+    cache: dict[Hashable, _ForwardGraph] = {}
     original = module.forward
 
     @functools.wraps(original)
@@ -289,13 +257,18 @@ def wrap_in_hpu_graph(
             return original(*args, **kwargs)
         key = signature(leaves, spec)
         entry = cache.get(key)
-        if entry is None:
-            entry = _ForwardGraph(original, leaves, spec)
-            cache.put(key, entry)
-            return entry.outputs
-        return entry(leaves)
+        if entry is not None:
+            return entry(leaves)
+        if max_graphs is not None and len(cache) == max_graphs:
+            return original(*args, **kwargs)
+        entry = cache[key] = _ForwardGraph(original, leaves, spec)
+        return entry.outputs
+
+    def clear_inputs() -> None:
+        for entry in cache.values():
+            entry.graph.clear_inputs()
 
     object.__setattr__(module, "forward", forward)
+    object.__setattr__(module, "clear_inputs", clear_inputs)
     object.__setattr__(module, "clear_cache", cache.clear)
-    object.__setattr__(module, "hpu_graph_cache", cache)
     return module

@@ -8,9 +8,8 @@ the semantics user code depends on:
   are static tensors: copy new data into the captured inputs, call ``replay()``, read the captured outputs, which
   are refreshed in place. The Python control flow of the capture is frozen.
 * :func:`make_graphed_callables`: forward and backward graphs of a module or function behind an autograd function.
-* :class:`ModuleCacher`: one graphed callable per input signature (shapes, dtypes and non-tensor arguments), at most
-  ``max_graphs`` kept; when a new signature arrives with the cache full the least recently used graph is dropped, and
-  captured again if its signature comes back.
+* :class:`ModuleCacher`: one graphed callable per input signature (shapes, dtypes and non-tensor arguments) for the
+  first ``max_graphs`` signatures; later ones run uncaptured, and nothing is evicted (as on the SDK).
 * :func:`wrap_in_hpu_graph`: the same cache for a module's inference forward.
 
 On the CPU backing a capture is a recording of ATen operations (see ``_recorder``); on the CUDA backing it is a
@@ -167,6 +166,16 @@ class HPUGraph:
             self._cuda_graph.replay()
         elif self._recording is not None:
             self._recording.replay()
+
+    def clear_inputs(self) -> None:
+        """Free the device data the graph holds for inputs it changed in place; the emulator holds none.
+
+        On the SDK (bridge 1.19.0 ``backend/habana_device/HPUGraph.cpp``, ``HPUGraph::clear_inputs``) the lazy tensors
+        that were both input and output of the captured graph (an in-place operation on an input) lose their device
+        data, to free memory once the user no longer needs them. The emulated graph replays on the user's own
+        tensors and keeps no such copies, so there is nothing to free; reading such an input afterwards works here,
+        where on Gaudi its data is gone.
+        """
 
     def reset(self) -> None:
         """Drop the captured graph and the memory it holds."""
