@@ -634,7 +634,8 @@ def to_ipu_state(
     group_of = {id(p): group for group in device.param_groups for p in group["params"]}
     for name, param in named_params:
         for key, value in device.state.get(param, {}).items():
-            if key in names:
+            # torch 2.0's SGD keeps a ``None`` momentum buffer when momentum is 0: PopART has no such tensor.
+            if key in names and value is not None:
                 tensor = value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
                 state[f"{names[key]}___{name}"] = tensor.detach().clone()
         group = group_of[id(param)]
