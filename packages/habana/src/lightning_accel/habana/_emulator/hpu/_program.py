@@ -128,7 +128,6 @@ class BackingProgram:
 
     def __init__(self) -> None:
         self._steps: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any, Any]] = []
-        self.recorded = 0
 
     def __len__(self) -> int:
         """The number of operations a replay runs."""
@@ -136,7 +135,6 @@ class BackingProgram:
 
     def record(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         """Keep the backing form of ``func(*args, **kwargs)``, which returned ``output`` in the capture."""
-        self.recorded += 1
         kind, fresh, writes = _kind(func)
         if kind == _SKIP:
             return
