@@ -411,3 +411,97 @@ def test_replay_before_any_capture_only_marks_a_step_and_during_capture_is_refus
     static.fill_(3.0)
     g.replay()
     assert out.cpu().tolist() == [6.0] * 4
+
+
+def _hpu_step_model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    layers = (torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(), torch.nn.Dropout(0.3))
+    net = torch.nn.Sequential(*layers, torch.nn.Linear(32, 4)).to("hpu")
+    return net, torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+
+
+def test_replayed_training_steps_with_dropout_and_batch_norm_equal_eager_steps() -> None:
+    # Each replay draws new dropout masks from the generator (as the eager step does after the same seed), updates
+    # the BatchNorm running statistics in place, and runs the optimizer's momentum update on the captured memory.
+    batches = [(torch.randn(BATCH, 16), torch.randint(0, 4, (BATCH,))) for _ in range(5)]
+    eager, eager_optimizer = _hpu_step_model()
+    graphed, optimizer = _hpu_step_model()
+    # One eager step first on both, as before a CUDA graph capture: the optimizer's first step creates its momentum
+    # buffers (a branch a capture would freeze).
+    x, y = batches.pop(0)
+    for model, opt in ((eager, eager_optimizer), (graphed, optimizer)):
+        torch.manual_seed(99)
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x.to("hpu")), y.to("hpu")).backward()
+        opt.step()
+    static_x = torch.zeros(BATCH, 16, device="hpu")
+    static_y = torch.zeros(BATCH, dtype=torch.long, device="hpu")
+    g = htcore.hpu.HPUGraph()
+    static_loss = None
+    for step, (x, y) in enumerate(batches):
+        torch.manual_seed(100 + step)
+        eager_optimizer.zero_grad(set_to_none=True)
+        expected = F.cross_entropy(eager(x.to("hpu")), y.to("hpu"))
+        expected.backward()
+        eager_optimizer.step()
+
+        static_x.copy_(x)
+        static_y.copy_(y)
+        torch.manual_seed(100 + step)
+        if step == 0:
+            optimizer.zero_grad(set_to_none=True)
+            with htcore.hpu.graph(g):
+                static_loss = F.cross_entropy(graphed(static_x), static_y)
+                static_loss.backward()
+                optimizer.step()
+        else:
+            g.replay()
+        assert static_loss is not None
+        torch.testing.assert_close(static_loss.cpu(), expected.cpu(), rtol=1e-5, atol=1e-6)
+    for got, want in zip(graphed.state_dict().values(), eager.state_dict().values(), strict=True):
+        torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-5, atol=1e-6)
+    assert graphed[1].num_batches_tracked.item() == 1 + len(batches)  # the eager step, the capture, the replays
+
+
+def test_views_made_in_the_capture_follow_the_replayed_data() -> None:
+    static = torch.zeros(4, 3, device="hpu")
+    g = htcore.hpu.HPUGraph()
+    with htcore.hpu.graph(g):
+        doubled = static * 2
+        column = doubled.t()[1]  # a view of a view of a result
+        total = column.sum()  # reads the view
+        flat = doubled.reshape(-1)  # a view, no new memory
+    static.copy_(torch.arange(12.0).reshape(4, 3))
+    g.replay()
+    expected = torch.arange(12.0).reshape(4, 3) * 2
+    assert column.cpu().tolist() == expected[:, 1].tolist()
+    assert total.item() == expected[:, 1].sum().item()
+    assert flat.cpu().tolist() == expected.reshape(-1).tolist()
+
+
+@pytest.mark.emulator_only
+def test_a_replay_runs_on_the_backing_tensors_without_the_device_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning_accel.habana._emulator.device import HPUTensor
+
+    net, optimizer = _hpu_step_model()
+    static_x = torch.randn(BATCH, 16, device="hpu")
+    static_y = torch.randint(0, 4, (BATCH,), device="hpu")
+    g = htcore.hpu.HPUGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with htcore.hpu.graph(g):
+        loss = F.cross_entropy(net(static_x), static_y)
+        loss.backward()
+        optimizer.step()
+    weight = net[0].weight.detach().cpu()
+    dispatched: list[Any] = []
+    original = HPUTensor.__torch_dispatch__.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        dispatched.append(func)
+        return original(cls, func, types, args, kwargs)
+
+    monkeypatch.setattr(HPUTensor, "__torch_dispatch__", classmethod(counting))
+    g.replay()
+    assert dispatched == []  # no operation of the replay went through the "hpu" tensors' Python dispatch
+    monkeypatch.undo()
+    assert not torch.equal(net[0].weight.detach().cpu(), weight)  # and yet the step ran: the weights moved

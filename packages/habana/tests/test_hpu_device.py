@@ -546,3 +546,21 @@ def test_gloo_collectives_on_hpu_tensors() -> None:
     for rank, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == 0, f"rank {rank}:\n{output}"
         assert f"ok {rank}" in output
+
+
+@isolated
+def test_backward_runs_on_the_thread_that_calls_it() -> None:
+    # The emulated device's backward work is Python on the backing device: handing it to an autograd worker thread
+    # would only add thread hand-overs. Running it on the caller's thread also serves hpu:1, which has no worker.
+    import threading
+
+    ran_on: list[threading.Thread] = []
+    x = torch.randn(3, device="hpu", requires_grad=True)
+    doubled = x * 2
+    doubled.register_hook(lambda grad: ran_on.append(threading.current_thread()))
+    doubled.sum().backward()
+    assert ran_on == [threading.current_thread()]
+    second = torch.randn(3, device="hpu:1", requires_grad=True)
+    (second * 3).sum().backward()
+    assert second.grad is not None and second.grad.device == torch.device("hpu", 1)
+    assert second.grad.cpu().tolist() == [3.0, 3.0, 3.0]

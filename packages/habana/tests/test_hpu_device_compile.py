@@ -190,3 +190,35 @@ def test_tensors_created_on_hpu_inside_the_compiled_code_are_refused() -> None:
     # What the message proposes compiles.
     out = torch.compile(lambda a: a + a.new_ones(8) + torch.zeros_like(a), backend="hpu_backend")(x)
     torch.testing.assert_close(out, x + 1)
+
+
+@isolated
+def test_the_compiled_graph_runs_on_the_backing_tensors() -> None:
+    # AOTAutograd unwraps the "hpu" inputs to their backing tensors and Inductor's code for the backing device runs
+    # the whole graph, forward and backward: none of its operations goes through the device's Python dispatch. Only
+    # what runs outside the graph does (AccumulateGrad's detach and add_ of the gradients into the parameters).
+    from lightning_accel.habana._emulator.device import HPUTensor
+
+    model = _mlp()
+    x = torch.randn(16, 8, device="hpu")
+    compiled = torch.compile(model, backend="hpu_backend")
+    seed = torch.ones(16, 4, device="hpu")
+    compiled(x).backward(seed)  # compiles
+    dispatched: list[str] = []
+    original = HPUTensor.__torch_dispatch__.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        dispatched.append(str(func))
+        return original(cls, func, types, args, kwargs)
+
+    HPUTensor.__torch_dispatch__ = classmethod(counting)  # type: ignore[assignment]
+    try:
+        out = compiled(x)
+        forward = list(dispatched)
+        out.backward(seed)
+    finally:
+        HPUTensor.__torch_dispatch__ = classmethod(original)  # type: ignore[assignment]
+    assert type(out) is HPUTensor
+    assert forward == []
+    assert set(dispatched) <= {"aten.detach.default", "aten.add_.Tensor"}, dispatched
+    torch.testing.assert_close(out, model(x))

@@ -21,9 +21,10 @@ How it is built (one job per module):
 **Device index.** Every tensor reports an index, as torch needs one. ``"hpu"`` without an index is ``hpu:0``: as on
 Gaudi, where a process drives one card and its tensors report ``hpu:0`` whichever card it is, the card is chosen
 outside torch's index (``set_device``; on the CUDA backing it picks the GPU, see ``_devices``). Tensors on ``hpu:N``
-for ``N >= 1`` can be made and computed with, and mixing indices in one operation is torch's device error, but
-autograd cannot run backward through them: torch's Python device guard reports a single device, so the autograd
-engine has a worker queue for ``hpu:0`` only and fails an internal assertion for others.
+for ``N >= 1`` can be made and computed with, and mixing indices in one operation is torch's device error. Backward
+runs on the calling thread in the thread that installed the device (``_install``), and there works through them too;
+on other threads the autograd engine uses its device worker queues, and torch's Python device guard reports a single
+device, so there is a queue for ``hpu:0`` only and torch fails an internal assertion for the others.
 
 **Random numbers.** The emulated HPUs have no generator of their own: random operations on ``"hpu"`` draw from the
 backing device's default generator (the CPU generator, or CUDA's), so ``torch.manual_seed(s)`` makes them

@@ -12,8 +12,10 @@ the semantics user code depends on:
   first ``max_graphs`` signatures; later ones run uncaptured, and nothing is evicted (as on the SDK).
 * :func:`wrap_in_hpu_graph`: the same cache for a module's inference forward.
 
-On the CPU backing a capture is a recording of ATen operations (see ``_recorder``); on the CUDA backing it is a
-:class:`torch.cuda.CUDAGraph`, replayed once at the end of the capture so that capturing executes the work as on
+On the CPU backing a capture runs the work through the ``"hpu"`` device as usual and keeps its ATen operations as a
+program over the backing tensors (see ``_recorder`` and ``_program``): a replay runs that program on the captured
+memory at the backing device's speed, without the device's per-operation Python dispatch. On the CUDA backing it is
+a :class:`torch.cuda.CUDAGraph`, replayed once at the end of the capture so that capturing executes the work as on
 Gaudi. Graphs and ``torch.compile`` cannot be combined, as on Gaudi.
 """
 
@@ -140,7 +142,7 @@ class HPUGraph:
         assert self._recorder is not None
         recorder, self._recorder = self._recorder, None
         recorder.__exit__(None, None, None)
-        self._recording = Recording(recorder.ops, self._inference)
+        self._recording = Recording(recorder.program, self._inference)
 
     def replay(self, asynchronous: bool = False) -> None:
         """Mark a step, then run the captured work again; captured outputs are refreshed in place.
