@@ -11,7 +11,7 @@ from _habana_helpers import PYTHON, script_env
 
 from lightning_accel.habana import sdk
 from lightning_accel.habana._emulator import core as emulated_core
-from lightning_accel.habana._emulator.hpu import device as emulated_device
+from lightning_accel.habana._emulator.hpu import _devices as emulated_device
 
 # Reads the emulator's internals (or stands in for the SDK): not a test of real hardware.
 pytestmark = pytest.mark.emulator_only

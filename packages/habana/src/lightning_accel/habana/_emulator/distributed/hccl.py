@@ -14,7 +14,7 @@ from typing import Any
 import torch.distributed as dist
 
 from .._backing import backing_type
-from ..hpu.device import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR, visible_device_count
+from ..hpu._devices import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR, visible_device_count
 
 __all__ = ["BACKEND_NAME", "initialize_distributed_hpu"]
 

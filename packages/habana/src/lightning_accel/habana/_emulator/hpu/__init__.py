@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from . import _graph_cache, graphs, random
-from .device import (
+from ._devices import (
     HABANA_VISIBLE_MODULES_VAR,
     HLS_MODULE_ID_VAR,
     current_device,

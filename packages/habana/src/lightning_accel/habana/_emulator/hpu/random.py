@@ -26,7 +26,7 @@ class _DefaultGenerators:
         return torch.default_generator
 
     def __len__(self) -> int:
-        from .device import device_count
+        from ._devices import device_count
 
         return device_count()
 

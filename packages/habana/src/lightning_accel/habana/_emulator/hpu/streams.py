@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .device import synchronize
+from ._devices import synchronize
 
 __all__ = ["Event", "Stream", "current_stream", "default_stream", "stream"]
 
