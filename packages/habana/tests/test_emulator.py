@@ -48,13 +48,13 @@ def test_an_invalid_mode_is_refused_at_load_naming_the_variable() -> None:
 
 
 def test_mark_step_counts_only_in_lazy_mode(lazy_mode: None) -> None:
-    before = emulated_core.marked_steps()
+    before = emulated_core._marked_steps()
     sdk.htcore.mark_step()
     sdk.htcore.mark_step(sync=True)
-    assert emulated_core.marked_steps() == before + 2
-    emulated_core.load_mode(False)
+    assert emulated_core._marked_steps() == before + 2
+    emulated_core._load_mode(False)
     sdk.htcore.mark_step()
-    assert emulated_core.marked_steps() == before + 2
+    assert emulated_core._marked_steps() == before + 2
 
 
 def test_device_queries(clean_env: pytest.MonkeyPatch) -> None:

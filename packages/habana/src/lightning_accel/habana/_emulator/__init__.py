@@ -29,15 +29,21 @@ Loading it makes ``"hpu"`` a torch device (``device``): tensors made with ``devi
 and their data lives on the backing device chosen by ``LIGHTNING_ACCEL_EMULATE_BACKEND`` (``cpu`` or ``cuda``).
 """
 
-from . import _generation, autocast, core, custom_ops, device, dynamo, hpex, hpu, utils
+from . import _autocast, _custom_ops, _generation, _not_emulated, core, device, dynamo, hpex, hpu, utils
+from .utils.internal import is_lazy
+
+# The SDK modules the emulator does not provide refuse by name, with the reason (not a bare ModuleNotFoundError).
+_not_emulated.install_finder()
 
 # The generation is read once, as the SDK learns it from the card when it loads; a bad value fails the load.
 _generation.load_generation()
 # As the SDK's import registers its device with torch, loading the emulated SDK makes "hpu" a torch device
 # and defines the SDK's own operators (torch.ops.hpu.*).
 device.install()
-custom_ops.register()
+_custom_ops.register()
 # And, as the SDK's library does when it loads, reads the autocast lists once and registers the autocast kernels.
-autocast.install()
+_autocast.install()
 
-__all__ = ["core", "dynamo", "hpex", "hpu", "utils"]
+_not_emulated.provide(globals(), "habana_frameworks.torch")
+
+__all__ = ["core", "dynamo", "hpex", "hpu", "is_lazy", "utils"]

@@ -13,12 +13,14 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .._backing import backing_type
-from ..hpu._devices import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR, visible_device_count
+from .. import _not_emulated
+from .._backing import backing_type as _backing_type
+from ..hpu._devices import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR
+from ..hpu._devices import visible_device_count as _visible_device_count
 
-__all__ = ["BACKEND_NAME", "initialize_distributed_hpu"]
+__all__ = ["HABANA_VISIBLE_MODULES_VAR", "HLS_MODULE_ID_VAR", "initialize_distributed_hpu"]
 
-BACKEND_NAME = "hccl"
+_BACKEND_NAME = "hccl"
 
 _MPI_TO_TORCH = {
     "OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK",
@@ -29,7 +31,7 @@ _MPI_TO_TORCH = {
 
 def _create_process_group(backend_opts: Any, pg_opts: Any) -> Any:
     timeout: timedelta = backend_opts.timeout
-    if backing_type() == "cuda":
+    if _backing_type() == "cuda":
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
         return dist.ProcessGroupNCCL(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, options)
@@ -37,16 +39,16 @@ def _create_process_group(backend_opts: Any, pg_opts: Any) -> Any:
 
 
 def _register() -> None:
-    if BACKEND_NAME in dist.Backend.backend_list:
+    if _BACKEND_NAME in dist.Backend.backend_list:
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True, devices=[backing_type()])
+    dist.Backend.register_backend(_BACKEND_NAME, _create_process_group, extended_api=True, devices=[_backing_type()])
 
 
 def _set_module_id(local_rank: int, world_size: int) -> None:
     # As in the SDK: single-process runs and unknown local ranks leave the module choice to the runtime.
     if HLS_MODULE_ID_VAR in os.environ or local_rank == -1 or world_size == 1:
         return
-    visible = visible_device_count()
+    visible = _visible_device_count()
     if local_rank >= visible:
         raise AssertionError(
             "There is not enough devices available for training. Please verify if "
@@ -96,3 +98,4 @@ def initialize_distributed_hpu(
 
 
 _register()
+_not_emulated.provide(globals(), "habana_frameworks.torch.distributed.hccl")
