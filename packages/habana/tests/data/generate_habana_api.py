@@ -42,6 +42,34 @@ TAGS = {"v1.19.0": "5a56187", "v1.18.0": "f90046f"}
 
 Entry = dict[str, Any]
 
+# What Intel documents about releases after the newest public bridge (1.19); the Python of 1.20-1.23 is not public,
+# so anything not listed here is unknown for those releases, not "unchanged".
+CHANGES = [
+    {
+        "release": "1.19",
+        "module": f"{PACKAGE}.{TE}",
+        "change": "re-exports the non-public intel_transformer_engine package; its names and module layout after "
+        "1.18 are not published",
+        "source": "gaudi-pytorch-bridge v1.19.0 python_packages/habana_frameworks/torch/hpex/experimental/"
+        "transformer_engine/__init__.py:27-35",
+    },
+    {
+        "release": "1.21",
+        "module": f"{PACKAGE}.utils.internal",
+        "change": "eager mode is the default: PT_HPU_LAZY_MODE=0 unless set (1.19's is_lazy() defaults to lazy)",
+        "source": "Intel Gaudi docs, Runtime Environment Variables (latest): 'Since Habana software >= 1.21.0, "
+        "PT_HPU_LAZY_MODE=0 is the default'; PyTorch Gaudi Theory of Operations (latest): eager mode with "
+        "torch.compile is the default, lazy mode a legacy fallback",
+    },
+    {
+        "release": "after 1.19",
+        "module": f"{PACKAGE}.hpu",
+        "change": "setDeterministic and getDeterministic announced for removal ('deprecated and will be removed in "
+        "next release'); whether 1.20+ removed them is not published",
+        "source": "gaudi-pytorch-bridge v1.19.0 python_packages/habana_frameworks/torch/hpu/__init__.py:173-184",
+    },
+]
+
 
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
@@ -262,6 +290,7 @@ def main() -> None:
             "not published"
         ),
         "generator": "packages/habana/tests/data/generate_habana_api.py",
+        "changes_after_1_19": CHANGES,
         "modules": dict(sorted(modules.items())),
     }
     OUT.write_text(json.dumps(table, indent=1) + "\n")
