@@ -17,7 +17,18 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["install"]
+__all__ = ["environment_at_start", "install"]
+
+# The rendezvous variables as the user's environment gave them, before any vendor SDK could load: the Gaudi SDK fills
+# in MASTER_ADDR=localhost and MASTER_PORT=12345 when it loads (at `import torch` in eager mode), and the HPU strategies
+# must not take those for the user's settings.
+_AT_START = {name: os.environ.get(name) for name in ("MASTER_ADDR", "MASTER_PORT")}
+
+
+def environment_at_start() -> "dict[str, str | None]":
+    """``MASTER_ADDR`` and ``MASTER_PORT`` as they were when the interpreter started (``None``: unset)."""
+    return dict(_AT_START)
+
 
 _TRIGGERS = frozenset(("lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric"))
 _fired: "set[tuple[str, int]]" = set()

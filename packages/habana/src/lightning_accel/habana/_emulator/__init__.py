@@ -29,8 +29,14 @@ Loading it makes ``"hpu"`` a torch device (``device``): tensors made with ``devi
 and their data lives on the backing device chosen by ``LIGHTNING_ACCEL_EMULATE_BACKEND`` (``cpu`` or ``cuda``).
 """
 
-from . import _autocast, _custom_ops, _generation, _not_emulated, core, device, dynamo, hpex, hpu, utils
-from .utils.internal import is_lazy
+from . import _load_effects
+
+# As the SDK's first line (torch/__init__.py:22-23): no inductor compile process pool.
+_load_effects.set_inductor_threads()
+
+from . import _autocast, _custom_ops, _generation, _not_emulated, core, device, dynamo, hpex, hpu, utils  # noqa: E402
+from .distributed import hccl as _hccl  # noqa: E402,F401  (the SDK's __init__.py:55 imports it: its load effects)
+from .utils.internal import is_lazy  # noqa: E402
 
 # The SDK modules the emulator does not provide refuse by name, with the reason (not a bare ModuleNotFoundError).
 _not_emulated.install_finder()

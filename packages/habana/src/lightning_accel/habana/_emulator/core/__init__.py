@@ -82,6 +82,14 @@ def _load_mode(lazy: bool) -> None:
     hpu._export_graph_api(lazy)
 
 
+from .. import _load_effects  # noqa: E402
 from . import step_closure  # noqa: E402  (it reads the mode decided above)
+
+# What the SDK's core does when it loads (core/__init__.py:46-55,140-147), in its order: wrap torch's functions,
+# register torch.compile's hpu_backend (in both modes: backends.py is imported at :55), default HABANA_PROFILE.
+_load_effects.overwrite_torch_functions(_lazy)
+from ..dynamo.compile_backend import backends as _backends  # noqa: E402,F401
+
+_load_effects.default_habana_profile()
 
 _not_emulated.provide(globals(), "habana_frameworks.torch.core")

@@ -1,6 +1,9 @@
 """Emulation of ``habana_frameworks.torch.distributed.hccl``.
 
-Importing the module registers the ``"hccl"`` backend with ``torch.distributed`` (as the SDK does). The emulated
+Importing the module does what importing the SDK's does (the SDK's ``__init__.py`` imports it on every load):
+``initialize_distributed_hpu()`` runs (so ``MASTER_ADDR``/``MASTER_PORT`` default to ``localhost:12345`` unless the
+ranks are all known), the ``"hccl"`` backend is registered with ``torch.distributed``, and collectives are kept out of
+dynamo graphs. The emulated
 backend runs gloo on the CPU backing and nccl on the CUDA backing, so ``torch.distributed.get_backend()`` returns
 ``"hccl"`` while the collectives are real.
 """
@@ -13,7 +16,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .. import _not_emulated
+from .. import _load_effects, _not_emulated
 from .._backing import backing_type as _backing_type
 from ..hpu._devices import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR
 from ..hpu._devices import visible_device_count as _visible_device_count
@@ -68,8 +71,9 @@ def initialize_distributed_hpu(
     """Set up the environment of a distributed HPU process and return ``(world_size, rank, local_rank)``.
 
     With all three arguments given they are written to ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``; otherwise the
-    values come from the environment (torchrun variables, or Open MPI's ``OMPI_COMM_WORLD_*``), and ``MASTER_ADDR`` /
-    ``MASTER_PORT`` default to ``localhost:12345``. Sets ``HLS_MODULE_ID`` to the module of the local rank and ``ID``
+    values come from the environment (torchrun variables, or Open MPI's ``OMPI_COMM_WORLD_*``), and unless
+    ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` were all set, ``MASTER_ADDR`` / ``MASTER_PORT`` default to
+    ``localhost:12345``. Sets ``HLS_MODULE_ID`` to the module of the local rank and ``ID``
     to the global rank.
 
     Raises:
@@ -80,10 +84,10 @@ def initialize_distributed_hpu(
         os.environ["WORLD_SIZE"] = str(world_size)
         os.environ["RANK"] = str(rank)
         os.environ["LOCAL_RANK"] = str(local_rank)
-    else:
-        if not all(name in os.environ for name in _MPI_TO_TORCH.values()) and all(
-            name in os.environ for name in _MPI_TO_TORCH
-        ):
+    elif not all(name in os.environ for name in _MPI_TO_TORCH.values()):
+        # _setup_environment_from_mpi (distributed/hccl/__init__.py:60-81): nothing when the ranks are all known;
+        # otherwise Open MPI's ranks, and the single-node rendezvous defaults.
+        if all(name in os.environ for name in _MPI_TO_TORCH):
             for mpi_name, torch_name in _MPI_TO_TORCH.items():
                 os.environ[torch_name] = os.environ[mpi_name]
         os.environ.setdefault("MASTER_ADDR", "localhost")
@@ -97,5 +101,10 @@ def initialize_distributed_hpu(
     return world, global_rank, local
 
 
+# What importing the SDK's hccl module does (distributed/hccl/__init__.py:113-165): set up the environment from
+# torchrun's or Open MPI's variables (MASTER_ADDR/MASTER_PORT defaulted when the ranks are not all known), register
+# the backend, and keep collectives out of dynamo graphs.
+initialize_distributed_hpu()
 _register()
+_load_effects.disallow_collectives_in_graph()
 _not_emulated.provide(globals(), "habana_frameworks.torch.distributed.hccl")
