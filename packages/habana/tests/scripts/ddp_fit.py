@@ -49,6 +49,7 @@ class _Record(Callback):
                 "broadcast": token,
                 "devices": self.devices,
                 "hls_module_id": os.environ.get("HLS_MODULE_ID"),
+                "rendezvous": (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")),
                 "state_dict": {k: v.detach().cpu() for k, v in pl_module.state_dict().items()},
             },
             self.out / f"rank{trainer.global_rank}.pt",
