@@ -8,6 +8,7 @@ unless the user set them (issue 22, item 2).
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from _habana_helpers import PYTHON, SCRIPTS, free_port, script_env
+from _habana_helpers import PYTHON, SCRIPTS, script_env
 
 SCRIPT = str(SCRIPTS / "ddp_fit.py")
 
@@ -93,11 +94,31 @@ def test_two_single_node_jobs_started_at_once_on_one_machine_both_finish(tmp_pat
     assert len(ports) == 2
 
 
-def test_the_users_own_rendezvous_is_kept(tmp_path: Path) -> None:
-    port = str(free_port())
-    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    done = subprocess.run(
-        [PYTHON, SCRIPT, "--out", str(tmp_path), "--devices", "2"], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert [tuple(r["rendezvous"]) for r in _results(tmp_path, 2)] == [("127.0.0.1", port)] * 2
+@pytest.mark.parametrize(
+    ("at_start", "now", "kept"),
+    [
+        ({"MASTER_ADDR": None, "MASTER_PORT": None}, {"MASTER_ADDR": "localhost", "MASTER_PORT": "12345"}, {}),
+        (  # the user's own values, even where they are the SDK's defaults
+            {"MASTER_ADDR": "localhost", "MASTER_PORT": "12345"},
+            {"MASTER_ADDR": "localhost", "MASTER_PORT": "12345"},
+            {"MASTER_ADDR": "localhost", "MASTER_PORT": "12345"},
+        ),
+        (  # set in the script after start, to something else than the defaults
+            {"MASTER_ADDR": None, "MASTER_PORT": None},
+            {"MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "12345"},
+            {"MASTER_ADDR": "10.0.0.7"},
+        ),
+    ],
+)
+def test_only_the_sdks_defaults_are_taken_out(
+    clean_env: pytest.MonkeyPatch, at_start: dict[str, str | None], now: dict[str, str], kept: dict[str, str]
+) -> None:
+    import _lightning_accel_autoload
+
+    from lightning_accel.habana._distributed_env import forget_sdk_rendezvous_defaults
+
+    clean_env.setattr(_lightning_accel_autoload, "_AT_START", at_start)
+    for name, value in now.items():
+        clean_env.setenv(name, value)
+    forget_sdk_rendezvous_defaults()
+    assert {name: os.environ[name] for name in now if name in os.environ} == kept
