@@ -17,7 +17,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["environment_at_start", "install"]
+__all__ = ["environment_at_start", "install", "loading_sdk", "sdk_load"]
 
 # The rendezvous variables as the user's environment gave them, before any vendor SDK could load: the Gaudi SDK fills
 # in MASTER_ADDR=localhost and MASTER_PORT=12345 when it loads (at `import torch` in eager mode), and the HPU strategies
@@ -98,6 +98,42 @@ class _Finder:
         return spec
 
 
+_sdk_loads = 0
+
+
+def _autoload_on() -> bool:
+    return os.environ.get("LIGHTNING_ACCEL_AUTOLOAD", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def loading_sdk() -> bool:
+    """Whether an emulated SDK is being loaded (see :class:`sdk_load`)."""
+    return _sdk_loads > 0
+
+
+class sdk_load:
+    """Context of loading an emulated SDK as a side effect (torch's backend autoload, an import of the SDK's name).
+
+    The emulator lives in a lightning-accel package, so loading it imports lightning-accel; that import is not the
+    user's request to register plugins, so ``LIGHTNING_ACCEL_AUTOLOAD=0`` still holds. With autoloading off, a vendor
+    package that the load imported first is forgotten afterwards (its modules stay), so that the user's own
+    ``import lightning_accel.<vendor>`` later runs its ``__init__``, which registers explicitly.
+    """
+
+    def __enter__(self) -> None:
+        global _sdk_loads
+        _sdk_loads += 1
+        self._before = {name for name in sys.modules if name.count(".") == 1 and name.startswith("lightning_accel.")}
+
+    def __exit__(self, *exc: object) -> None:
+        global _sdk_loads
+        _sdk_loads -= 1
+        if _sdk_loads or _autoload_on():
+            return
+        for name in [n for n in sys.modules if n.count(".") == 1 and n.startswith("lightning_accel.")]:
+            if name not in self._before and name != "lightning_accel.core":
+                del sys.modules[name]
+
+
 def install(explicit: bool = False) -> None:
     """Install the hook; fire at once for trees already imported.
 
@@ -109,7 +145,7 @@ def install(explicit: bool = False) -> None:
         import _lightning_accel_sdk_aliases
 
         _lightning_accel_sdk_aliases.install()
-    if not explicit and os.environ.get("LIGHTNING_ACCEL_AUTOLOAD", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not explicit and not _autoload_on():
         return
     if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
