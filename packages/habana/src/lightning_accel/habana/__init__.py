@@ -16,7 +16,7 @@ Example:
 import sys
 from typing import TYPE_CHECKING
 
-import _lightning_accel_autoload
+import _lightning_accel_autoload  # type: ignore[import-untyped]  # the core's start-up hook, a top-level module
 
 import lightning_accel.core  # noqa: F401  (importing the core registers every installed plugin into Lightning)
 from lightning_accel.core.lazy import lazy_exports
