@@ -46,7 +46,7 @@ _generation.load_generation()
 # As the SDK's import registers its device with torch, loading the emulated SDK makes "hpu" a torch device
 # and defines the SDK's own operators (torch.ops.hpu.*).
 device.install()
-_custom_ops.register()
+_custom_ops.register(core.is_lazy())
 # And, as the SDK's library does when it loads, reads the autocast lists once and registers the autocast kernels.
 _autocast.install()
 

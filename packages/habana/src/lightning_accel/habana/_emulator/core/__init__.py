@@ -80,6 +80,9 @@ def _load_mode(lazy: bool) -> None:
     global _lazy
     _lazy = lazy
     hpu._export_graph_api(lazy)
+    from .. import _custom_ops
+
+    _custom_ops.register(lazy)  # the SDK of that mode has that mode's operator schemas
 
 
 from .. import _load_effects  # noqa: E402
