@@ -183,7 +183,7 @@ def test_initialize_distributed_hpu_fails_with_too_few_devices(clean_env: pytest
 # --- what DeepSpeed's HPU accelerator calls ------------------------------------------------------------------------
 
 
-def test_fused_adamw_op_matches_torch_adamw() -> None:
+def test_fused_adamw_op_matches_torch_adamw(lazy_mode: None) -> None:  # the lazy schema: a float decay
     torch.manual_seed(0)
     lr, betas, eps, weight_decay, steps = 0.01, (0.9, 0.999), 1e-8, 0.1, 3
     reference = torch.nn.Parameter(torch.randn(5, 3))
