@@ -44,6 +44,7 @@ def _communicate(nodes: list[subprocess.Popen[str]]) -> None:
         assert node.returncode == 0, stderr[-4000:]
 
 
+@pytest.mark.slow
 def test_two_slurm_nodes_rendezvous_on_the_slurm_master_not_the_sdks_localhost(tmp_path: Path) -> None:
     # What srun gives each task of `srun --nodes=2 --ntasks-per-node=1`, and no MASTER_ADDR/MASTER_PORT: Lightning's
     # SLURMEnvironment takes the first node of SLURM_NODELIST and a port from the job id. The SDK, loaded at
@@ -71,6 +72,7 @@ def test_two_slurm_nodes_rendezvous_on_the_slurm_master_not_the_sdks_localhost(t
     assert [r["world_size"] for r in results] == [2, 2] and [r["sum"] for r in results] == [3.0, 3.0]
 
 
+@pytest.mark.slow
 def test_two_single_node_jobs_started_at_once_on_one_machine_both_finish(tmp_path: Path) -> None:
     # Two users' jobs on one Gaudi machine, the cards split with HABANA_VISIBLE_MODULES, no MASTER_PORT given: each
     # Lightning launcher must pick a free port, not the SDK's 12345 for both.
