@@ -31,7 +31,8 @@ class _Record(Callback):
             self.devices = [batch[0].device.type, next(pl_module.parameters()).device.type]
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        probe = torch.tensor([float(trainer.global_rank + 1)])
+        # On the HPU: an "hccl" group has no backend for host tensors (on Gaudi, and on the emulator).
+        probe = torch.tensor([float(trainer.global_rank + 1)], device=pl_module.device)
         summed = trainer.strategy.reduce(probe.clone(), reduce_op="sum")
         maximum = trainer.strategy.reduce(probe.clone(), reduce_op="max")
         mean = trainer.strategy.reduce(probe.clone(), reduce_op="mean")
