@@ -32,8 +32,18 @@ try:
     device_id = "accepted"
 except TypeError as exc:
     device_id = str(exc)
+dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1)  # no network: one rank
+on_hpu = torch.ones(2, device="hpu")
+dist.all_reduce(on_hpu)
+try:
+    dist.all_reduce(torch.ones(2))
+    host_collective = "accepted"
+except RuntimeError as exc:
+    host_collective = str(exc)
 report.update(
     env=env,
+    hccl_devices=dist.Backend.backend_capability["hccl"],
+    host_collective=host_collective,
     hccl_registered="hccl" in dist.Backend.backend_list,
     hpu_backend_registered=_COMPILER_FNS.get("hpu_backend") is backends.hpu_backend,
     device_id=device_id,
@@ -98,6 +108,9 @@ def test_loading_sets_the_sdks_environment(mode: str, request: pytest.FixtureReq
 def test_loading_registers_hccl_and_hpu_backend(mode: str, request: pytest.FixtureRequest) -> None:
     report = request.getfixturevalue(mode)
     assert report["hccl_registered"] is True  # distributed/hccl/__init__.py:120
+    # ... for HPU tensors only: a collective on a host tensor has no backend (torch's own text).
+    assert report["hccl_devices"] == ["hpu"]
+    assert report["host_collective"] == "No backend type associated with device type cpu"
     assert report["hpu_backend_registered"] is True  # core/__init__.py:55 -> compile_backend/backends.py:47
 
 

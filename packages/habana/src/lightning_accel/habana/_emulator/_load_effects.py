@@ -96,8 +96,9 @@ def overwrite_torch_functions(lazy: bool) -> None:
 
     @functools.wraps(original_default_device)
     def _get_pg_default_device(group: Any = None) -> torch.device:
-        backend = group._get_backend_name() if group is not None else dist.get_backend()
-        if backend == "hccl":
+        # The SDK asks group._get_backend_name(), which its ProcessGroupHCCL answers "hccl"; the emulated group is a
+        # custom backend, whose own name says "custom", so the name it was registered under is asked instead.
+        if dist.get_backend(group) == "hccl":
             return torch.device("hpu")
         return original_default_device(group)
 

@@ -10,10 +10,14 @@ backend runs gloo on the CPU backing and nccl on the CUDA backing, so ``torch.di
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import threading
 from datetime import timedelta
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from .. import _load_effects, _not_emulated
@@ -44,7 +48,112 @@ def _create_process_group(backend_opts: Any, pg_opts: Any) -> Any:
 def _register() -> None:
     if _BACKEND_NAME in dist.Backend.backend_list:
         return
-    dist.Backend.register_backend(_BACKEND_NAME, _create_process_group, extended_api=True, devices=[_backing_type()])
+    # As the SDK (distributed/hccl/__init__.py:120): the backend serves "hpu" tensors only.
+    dist.Backend.register_backend(_BACKEND_NAME, _create_process_group, extended_api=True, devices=["hpu"])
+    _serve_backing_tensors()
+    _refuse_host_tensors()
+
+
+def _is_hccl(group: Any) -> bool:
+    try:
+        return bool(dist.get_backend(group) == _BACKEND_NAME)  # a custom backend's own name says "custom"
+    except (RuntimeError, ValueError):
+        return False
+
+
+def _serve_backing_tensors() -> None:
+    # An operation on emulated "hpu" tensors reaches the process group with their backing tensors (the device layer
+    # runs every ATen operation, collectives too, on the backing device). So an "hccl" group also answers the backing
+    # device type, inside; what torch reports as its capability stays "hpu", as on Gaudi.
+    c10d = dist.distributed_c10d
+    create = c10d._new_process_group_helper
+
+    @functools.wraps(create)
+    def _new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
+        made = create(*args, **kwargs)
+        group = made[0]
+        if _is_hccl(group):
+            backend = group._get_backend(torch.device("hpu"))
+            group._register_backend(torch.device(_backing_type()), dist.ProcessGroup.BackendType.CUSTOM, backend)
+        return made
+
+    c10d._new_process_group_helper = _new_process_group_helper
+
+
+_staging = threading.local()
+
+
+def _refuse_host_tensors() -> None:
+    # On Gaudi a collective of an "hccl" group on a host tensor finds no backend (the backend serves "hpu" only) and
+    # torch says so; the emulated group serves the backing device inside, so it refuses such tensors here, with
+    # torch's text. The public collectives are checked; the emulated device's own calls come from below them. The
+    # object collectives (broadcast_object_list, ...) stage their bytes in tensors of the group's device, the HPU on
+    # Gaudi; here the backing device holds them, so inside those the check is off.
+    c10d = dist.distributed_c10d
+    for name in _COLLECTIVES:
+        original = getattr(c10d, name, None)
+        if original is None:
+            continue
+        signature = inspect.signature(original)
+
+        def checked(*args: Any, __original: Any = original, __signature: Any = signature, **kwargs: Any) -> Any:
+            if not getattr(_staging, "depth", 0) and dist.is_initialized():
+                bound = __signature.bind_partial(*args, **kwargs)
+                if _is_hccl(bound.arguments.get("group")):
+                    values = [v for k, v in bound.arguments.items() if k != "group"]
+                    for value in torch.utils._pytree.tree_leaves(values):
+                        if isinstance(value, torch.Tensor) and value.device.type != "hpu":
+                            raise RuntimeError(f"No backend type associated with device type {value.device.type}")
+            return __original(*args, **kwargs)
+
+        _replace(c10d, name, original, checked)
+    for name in _OBJECT_COLLECTIVES:
+        original = getattr(c10d, name, None)
+        if original is None:
+            continue
+
+        def staged(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            _staging.depth = getattr(_staging, "depth", 0) + 1
+            try:
+                return __original(*args, **kwargs)
+            finally:
+                _staging.depth -= 1
+
+        _replace(c10d, name, original, staged)
+
+
+def _replace(c10d: Any, name: str, original: Any, wrapper: Any) -> None:
+    functools.update_wrapper(wrapper, original)
+    setattr(c10d, name, wrapper)
+    if getattr(dist, name, None) is original:
+        setattr(dist, name, wrapper)
+
+
+_OBJECT_COLLECTIVES = (
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "recv_object_list",
+    "scatter_object_list",
+    "send_object_list",
+)
+_COLLECTIVES = (
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast",
+    "gather",
+    "irecv",
+    "isend",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "send",
+)
 
 
 def _set_module_id(local_rank: int, world_size: int) -> None:
