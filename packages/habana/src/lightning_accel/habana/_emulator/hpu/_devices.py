@@ -76,20 +76,28 @@ def _lazy_init(by: str) -> None:
     global _initialized, _initialized_from
     if not _initialized:
         _initialized, _initialized_from = True, by
+        # As the SDK's _lazy_init (hpu/__init__.py:87-91): activation checkpointing's default device becomes "hpu".
+        from torch.utils.checkpoint import DefaultDeviceType
+
+        DefaultDeviceType.set_device_type("hpu")
 
 
 def is_initialized() -> bool:
-    """Whether this process has opened its HPU: a query that opens it ran, or a tensor was placed on it."""
-    if _initialized:
-        return True
-    from ..device import memory_snapshot
-
-    return memory_snapshot(None).num_allocs > 0
+    """Whether a query that opens the HPU has run (the SDK's ``_initialized``, set by its ``_lazy_init``)."""
+    return _initialized
 
 
 def acquired_by() -> str | None:
-    """Emulator only (not an SDK name): what opened the HPU first, e.g. ``"hpu.get_device_name()"``; ``None``."""
-    return _initialized_from
+    """Emulator only (not an SDK name): what opened the HPU first.
+
+    A query such as ``"hpu.get_device_name()"``, or ``"a tensor placed on the HPU"`` (which opens the card on Gaudi
+    without the Python flag of :func:`is_initialized`); ``None`` while nothing has.
+    """
+    if _initialized_from is not None:
+        return _initialized_from
+    from ..device import memory_snapshot
+
+    return "a tensor placed on the HPU" if memory_snapshot(None).num_allocs > 0 else None
 
 
 def device_count() -> int:
