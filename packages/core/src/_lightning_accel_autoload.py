@@ -115,8 +115,9 @@ class sdk_load:
 
     The emulator lives in a lightning-accel package, so loading it imports lightning-accel; that import is not the
     user's request to register plugins, so ``LIGHTNING_ACCEL_AUTOLOAD=0`` still holds. With autoloading off, a vendor
-    package that the load imported first is forgotten afterwards (its modules stay), so that the user's own
-    ``import lightning_accel.<vendor>`` later runs its ``__init__``, which registers explicitly.
+    package that the load imported first is forgotten afterwards (its modules stay), when it declares
+    ``_REGISTERS_ON_IMPORT = True``: the user's own ``import lightning_accel.<vendor>`` then runs its ``__init__``
+    again, which registers explicitly.
     """
 
     def __enter__(self) -> None:
@@ -130,7 +131,9 @@ class sdk_load:
         if _sdk_loads or _autoload_on():
             return
         for name in [n for n in sys.modules if n.count(".") == 1 and n.startswith("lightning_accel.")]:
-            if name not in self._before and name != "lightning_accel.core":
+            # Only a package whose __init__ registers when it runs again says so (_REGISTERS_ON_IMPORT).
+            module = sys.modules[name]
+            if name not in self._before and getattr(module, "_REGISTERS_ON_IMPORT", False):
                 del sys.modules[name]
 
 

@@ -26,6 +26,7 @@ from .__about__ import __version__
 
 # Importing this package is a request to register, even where the core was imported before (by the emulated SDK's
 # load, which is not one: then this package is imported again by the user's own import, see sdk_load).
+_REGISTERS_ON_IMPORT = True
 if not _lightning_accel_autoload.loading_sdk():
     _lightning_accel_autoload.install(explicit=True)
 # Imported again after an emulated SDK's load had imported it: its submodules are still loaded, bind them again.
