@@ -113,28 +113,31 @@ def loading_sdk() -> bool:
 class sdk_load:
     """Context of loading an emulated SDK as a side effect (torch's backend autoload, an import of the SDK's name).
 
-    The emulator lives in a lightning-accel package, so loading it imports lightning-accel; that import is not the
-    user's request to register plugins, so ``LIGHTNING_ACCEL_AUTOLOAD=0`` still holds. With autoloading off, a vendor
-    package that the load imported first is forgotten afterwards (its modules stay), when it declares
-    ``_REGISTERS_ON_IMPORT = True``: the user's own ``import lightning_accel.<vendor>`` then runs its ``__init__``
-    again, which registers explicitly.
+    ``emulator`` is the emulator's module; its vendor package is the one the load imports. That import is not the
+    user's request to register plugins, so ``LIGHTNING_ACCEL_AUTOLOAD=0`` still holds, for a vendor package that
+    declares ``_REGISTERS_ON_IMPORT = True``: imported first by the load, it is forgotten afterwards (its modules
+    stay), so that the user's own ``import lightning_accel.<vendor>`` runs its ``__init__`` again, which registers.
+    For any other vendor package, importing it registers, as always.
     """
+
+    def __init__(self, emulator: str) -> None:
+        self._vendor = ".".join(emulator.split(".")[:2])
 
     def __enter__(self) -> None:
         global _sdk_loads
         _sdk_loads += 1
-        self._before = {name for name in sys.modules if name.count(".") == 1 and name.startswith("lightning_accel.")}
+        self._first = self._vendor not in sys.modules
 
     def __exit__(self, *exc: object) -> None:
         global _sdk_loads
         _sdk_loads -= 1
-        if _sdk_loads or _autoload_on():
+        vendor = sys.modules.get(self._vendor)
+        if _sdk_loads or vendor is None or not self._first:
             return
-        for name in [n for n in sys.modules if n.count(".") == 1 and n.startswith("lightning_accel.")]:
-            # Only a package whose __init__ registers when it runs again says so (_REGISTERS_ON_IMPORT).
-            module = sys.modules[name]
-            if name not in self._before and getattr(module, "_REGISTERS_ON_IMPORT", False):
-                del sys.modules[name]
+        if not getattr(vendor, "_REGISTERS_ON_IMPORT", False):
+            install(explicit=True)
+        elif not _autoload_on():
+            del sys.modules[self._vendor]
 
 
 def install(explicit: bool = False) -> None:

@@ -90,7 +90,7 @@ class _AliasLoader:
         import _lightning_accel_autoload
 
         # Importing the SDK's name is no request to register lightning-accel's plugins (LIGHTNING_ACCEL_AUTOLOAD=0).
-        with _lightning_accel_autoload.sdk_load():
+        with _lightning_accel_autoload.sdk_load(self.target):
             module = importlib.import_module(self.target)
         self._own_spec = module.__spec__
         return module

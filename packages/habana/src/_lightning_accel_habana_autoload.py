@@ -47,7 +47,7 @@ def load_emulated_sdk() -> None:
 
     try:
         # The load imports lightning-accel, which is no request to register (LIGHTNING_ACCEL_AUTOLOAD=0 holds).
-        with _lightning_accel_autoload.sdk_load():
+        with _lightning_accel_autoload.sdk_load("lightning_accel.habana._emulator"):
             import habana_frameworks.torch  # noqa: F401
     except Exception as exc:  # a failing backend entry point would make `import torch` itself fail
         import warnings
