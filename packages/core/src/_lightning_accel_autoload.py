@@ -17,7 +17,18 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["install"]
+__all__ = ["environment_at_start", "install", "loading_sdk", "sdk_load"]
+
+# The rendezvous variables as the user's environment gave them, before any vendor SDK could load: the Gaudi SDK fills
+# in MASTER_ADDR=localhost and MASTER_PORT=12345 when it loads (at `import torch` in eager mode), and the HPU strategies
+# must not take those for the user's settings.
+_AT_START = {name: os.environ.get(name) for name in ("MASTER_ADDR", "MASTER_PORT")}
+
+
+def environment_at_start() -> "dict[str, str | None]":
+    """``MASTER_ADDR`` and ``MASTER_PORT`` as they were when the interpreter started (``None``: unset)."""
+    return dict(_AT_START)
+
 
 _TRIGGERS = frozenset(("lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric"))
 _fired: "set[tuple[str, int]]" = set()
@@ -87,6 +98,48 @@ class _Finder:
         return spec
 
 
+_sdk_loads = 0
+
+
+def _autoload_on() -> bool:
+    return os.environ.get("LIGHTNING_ACCEL_AUTOLOAD", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def loading_sdk() -> bool:
+    """Whether an emulated SDK is being loaded (see :class:`sdk_load`)."""
+    return _sdk_loads > 0
+
+
+class sdk_load:
+    """Context of loading an emulated SDK as a side effect (torch's backend autoload, an import of the SDK's name).
+
+    ``emulator`` is the emulator's module; its vendor package is the one the load imports. That import is not the
+    user's request to register plugins, so ``LIGHTNING_ACCEL_AUTOLOAD=0`` still holds, for a vendor package that
+    declares ``_REGISTERS_ON_IMPORT = True``: imported first by the load, it is forgotten afterwards (its modules
+    stay), so that the user's own ``import lightning_accel.<vendor>`` runs its ``__init__`` again, which registers.
+    For any other vendor package, importing it registers, as always.
+    """
+
+    def __init__(self, emulator: str) -> None:
+        self._vendor = ".".join(emulator.split(".")[:2])
+
+    def __enter__(self) -> None:
+        global _sdk_loads
+        _sdk_loads += 1
+        self._first = self._vendor not in sys.modules
+
+    def __exit__(self, *exc: object) -> None:
+        global _sdk_loads
+        _sdk_loads -= 1
+        vendor = sys.modules.get(self._vendor)
+        if _sdk_loads or vendor is None or not self._first:
+            return
+        if not getattr(vendor, "_REGISTERS_ON_IMPORT", False):
+            install(explicit=True)
+        elif not _autoload_on():
+            del sys.modules[self._vendor]
+
+
 def install(explicit: bool = False) -> None:
     """Install the hook; fire at once for trees already imported.
 
@@ -98,7 +151,7 @@ def install(explicit: bool = False) -> None:
         import _lightning_accel_sdk_aliases
 
         _lightning_accel_sdk_aliases.install()
-    if not explicit and os.environ.get("LIGHTNING_ACCEL_AUTOLOAD", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not explicit and not _autoload_on():
         return
     if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _Finder())

@@ -87,7 +87,11 @@ class _AliasLoader:
         self.target = target
 
     def create_module(self, spec: "ModuleSpec") -> "ModuleType":
-        module = importlib.import_module(self.target)
+        import _lightning_accel_autoload
+
+        # Importing the SDK's name is no request to register lightning-accel's plugins (LIGHTNING_ACCEL_AUTOLOAD=0).
+        with _lightning_accel_autoload.sdk_load(self.target):
+            module = importlib.import_module(self.target)
         self._own_spec = module.__spec__
         return module
 

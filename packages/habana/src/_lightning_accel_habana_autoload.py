@@ -43,8 +43,12 @@ def load_emulated_sdk() -> None:
     import _lightning_accel_sdk_aliases  # type: ignore[import-untyped]  # a top-level module of the core, no py.typed
 
     _lightning_accel_sdk_aliases.install()  # for interpreters started without site (python -S): no .pth ran
+    import _lightning_accel_autoload  # type: ignore[import-untyped]  # the core's start-up hook, no py.typed
+
     try:
-        import habana_frameworks.torch  # noqa: F401
+        # The load imports lightning-accel, which is no request to register (LIGHTNING_ACCEL_AUTOLOAD=0 holds).
+        with _lightning_accel_autoload.sdk_load("lightning_accel.habana._emulator"):
+            import habana_frameworks.torch  # noqa: F401
     except Exception as exc:  # a failing backend entry point would make `import torch` itself fail
         import warnings
 

@@ -24,7 +24,11 @@ def free_port() -> int:
 
 def script_env(**extra: str) -> dict[str, str]:
     """The environment for a child Python process: the session's HPUs (emulated or real), no inherited ranks."""
-    env = {k: v for k, v in os.environ.items() if k not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK"}}
+    from lightning_accel.habana._distributed_env import sdk_rendezvous_defaults
+
+    # Nor the SDK's MASTER_ADDR=localhost / MASTER_PORT=12345, which loading it wrote into this process.
+    dropped = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", *sdk_rendezvous_defaults()}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(LIGHTNING_ACCEL_EMULATE=SESSION_EMULATE, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.update(extra)
     return env

@@ -45,7 +45,7 @@ def _switch_emulated_mode(lazy: bool) -> bool:
     from lightning_accel.habana._emulator import core as emulated_core
 
     before = emulated_core.is_lazy()
-    emulated_core.load_mode(lazy)
+    emulated_core._load_mode(lazy)
     return before
 
 

@@ -11,7 +11,7 @@ from _habana_helpers import PYTHON, script_env
 
 from lightning_accel.habana import sdk
 from lightning_accel.habana._emulator import core as emulated_core
-from lightning_accel.habana._emulator.hpu import device as emulated_device
+from lightning_accel.habana._emulator.hpu import _devices as emulated_device
 
 # Reads the emulator's internals (or stands in for the SDK): not a test of real hardware.
 pytestmark = pytest.mark.emulator_only
@@ -48,13 +48,13 @@ def test_an_invalid_mode_is_refused_at_load_naming_the_variable() -> None:
 
 
 def test_mark_step_counts_only_in_lazy_mode(lazy_mode: None) -> None:
-    before = emulated_core.marked_steps()
+    before = emulated_core._marked_steps()
     sdk.htcore.mark_step()
     sdk.htcore.mark_step(sync=True)
-    assert emulated_core.marked_steps() == before + 2
-    emulated_core.load_mode(False)
+    assert emulated_core._marked_steps() == before + 2
+    emulated_core._load_mode(False)
     sdk.htcore.mark_step()
-    assert emulated_core.marked_steps() == before + 2
+    assert emulated_core._marked_steps() == before + 2
 
 
 def test_device_queries(clean_env: pytest.MonkeyPatch) -> None:
@@ -183,7 +183,7 @@ def test_initialize_distributed_hpu_fails_with_too_few_devices(clean_env: pytest
 # --- what DeepSpeed's HPU accelerator calls ------------------------------------------------------------------------
 
 
-def test_fused_adamw_op_matches_torch_adamw() -> None:
+def test_fused_adamw_op_matches_torch_adamw(lazy_mode: None) -> None:  # the lazy schema: a float decay
     torch.manual_seed(0)
     lr, betas, eps, weight_decay, steps = 0.01, (0.9, 0.999), 1e-8, 0.1, 3
     reference = torch.nn.Parameter(torch.randn(5, 3))

@@ -24,7 +24,7 @@ def test_single_device_training_converges_and_marks_steps(tmp_path: Path, lazy_m
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     model, optimizer = fabric.setup(model, optimizer)
     train, val = fabric.setup_dataloaders(*digits_loaders())
-    before = emulated_core.marked_steps()
+    before = emulated_core._marked_steps()
     steps = 0
     for _ in range(6):
         for x, y in train:
@@ -32,7 +32,7 @@ def test_single_device_training_converges_and_marks_steps(tmp_path: Path, lazy_m
             fabric.backward(torch.nn.functional.cross_entropy(model(x), y))
             optimizer.step()
             steps += 1
-    assert emulated_core.marked_steps() - before == 2 * steps  # after backward and after each optimizer step
+    assert emulated_core._marked_steps() - before == 2 * steps  # after backward and after each optimizer step
     with torch.no_grad():
         correct = sum(int((model(x).argmax(1) == y).sum()) for x, y in val)
     assert correct / len(val.dataset) > 0.85

@@ -398,9 +398,9 @@ def test_replay_before_any_capture_only_marks_a_step_and_during_capture_is_refus
     from lightning_accel.habana._emulator import core as emulated_core
 
     g = htcore.hpu.HPUGraph()
-    before = emulated_core.marked_steps()
+    before = emulated_core._marked_steps()
     g.replay()  # the SDK's HPUGraph::replay: a step marker, then the captured graphs (none yet)
-    assert emulated_core.marked_steps() == before + 1
+    assert emulated_core._marked_steps() == before + 1
 
     static = torch.ones(4, device="hpu")
     g.capture_begin()

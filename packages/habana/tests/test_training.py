@@ -56,18 +56,18 @@ def test_lazy_mode_marks_steps_after_backward_optimizer_and_around_evaluation(la
         logger=False,
         **QUIET,
     )
-    before = emulated_core.marked_steps()
+    before = emulated_core._marked_steps()
     trainer.fit(model, train)
     # 3 training steps x (after backward + after the optimizer step).
-    assert emulated_core.marked_steps() - before == 3 * 2
-    before = emulated_core.marked_steps()
+    assert emulated_core._marked_steps() - before == 3 * 2
+    before = emulated_core._marked_steps()
     trainer.validate(model, val, verbose=False)
     # 2 validation steps x (before + after).
-    assert emulated_core.marked_steps() - before == 2 * 2
-    emulated_core.load_mode(False)  # an SDK loaded in eager mode: mark_step does nothing
-    before = emulated_core.marked_steps()
+    assert emulated_core._marked_steps() - before == 2 * 2
+    emulated_core._load_mode(False)  # an SDK loaded in eager mode: mark_step does nothing
+    before = emulated_core._marked_steps()
     trainer.validate(model, val, verbose=False)
-    assert emulated_core.marked_steps() == before
+    assert emulated_core._marked_steps() == before
 
 
 def test_parallel_devices_given_as_hpu_are_accepted() -> None:

@@ -31,7 +31,8 @@ class _Record(Callback):
             self.devices = [batch[0].device.type, next(pl_module.parameters()).device.type]
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        probe = torch.tensor([float(trainer.global_rank + 1)])
+        # On the HPU: an "hccl" group has no backend for host tensors (on Gaudi, and on the emulator).
+        probe = torch.tensor([float(trainer.global_rank + 1)], device=pl_module.device)
         summed = trainer.strategy.reduce(probe.clone(), reduce_op="sum")
         maximum = trainer.strategy.reduce(probe.clone(), reduce_op="max")
         mean = trainer.strategy.reduce(probe.clone(), reduce_op="mean")
@@ -49,6 +50,7 @@ class _Record(Callback):
                 "broadcast": token,
                 "devices": self.devices,
                 "hls_module_id": os.environ.get("HLS_MODULE_ID"),
+                "rendezvous": (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")),
                 "state_dict": {k: v.detach().cpu() for k, v in pl_module.state_dict().items()},
             },
             self.out / f"rank{trainer.global_rank}.pt",

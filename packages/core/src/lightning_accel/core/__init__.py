@@ -42,7 +42,8 @@ __all__ = [
 ]
 
 # Importing lightning-accel is a request to register: this covers `python -S` and layouts without site-packages
-# .pth processing, and trees imported before this package.
+# .pth processing, and trees imported before this package. Not when an emulated SDK's load imported it: that is no
+# request of the user's, and LIGHTNING_ACCEL_AUTOLOAD=0 must hold then.
 import _lightning_accel_autoload
 
-_lightning_accel_autoload.install(explicit=True)
+_lightning_accel_autoload.install(explicit=not _lightning_accel_autoload.loading_sdk())

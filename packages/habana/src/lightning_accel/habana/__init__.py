@@ -13,13 +13,26 @@ Example:
     >>> trainer = Trainer(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(), devices=1)  # doctest: +SKIP
 """
 
+import sys
 from typing import TYPE_CHECKING
+
+import _lightning_accel_autoload  # type: ignore[import-untyped]  # the core's start-up hook, a top-level module
 
 import lightning_accel.core  # noqa: F401  (importing the core registers every installed plugin into Lightning)
 from lightning_accel.core.lazy import lazy_exports
 
 from . import sdk
 from .__about__ import __version__
+
+# Importing this package is a request to register, even where the core was imported before (by the emulated SDK's
+# load, which is not one: then this package is imported again by the user's own import, see sdk_load).
+_REGISTERS_ON_IMPORT = True
+if not _lightning_accel_autoload.loading_sdk():
+    _lightning_accel_autoload.install(explicit=True)
+# Imported again after an emulated SDK's load had imported it: its submodules are still loaded, bind them again.
+for _name, _module in list(sys.modules.items()):
+    if _name.startswith(__name__ + ".") and "." not in _name[len(__name__) + 1 :] and _module is not None:
+        globals().setdefault(_name.rpartition(".")[2], _module)
 
 if TYPE_CHECKING:
     from .accelerator import HPUAccelerator

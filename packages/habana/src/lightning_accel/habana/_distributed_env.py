@@ -1,5 +1,13 @@
 """Joining HCCL as an HPU process, and undoing what that writes to the environment when a strategy tears down.
 
+Loading the Gaudi SDK runs ``initialize_distributed_hpu()``, which sets ``MASTER_ADDR=localhost`` and
+``MASTER_PORT=12345`` when they are unset and ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` are not all set
+(gaudi-pytorch-bridge 1.19.0 ``distributed/hccl/__init__.py:60-81,113``; in eager mode the SDK loads at ``import
+torch``). Lightning's ``SLURMEnvironment`` and ``LightningEnvironment`` prefer these variables to their own choice (the
+first SLURM node, a free port), so every SLURM node would rendezvous on its own ``localhost`` and two jobs on one host
+on port 12345. :func:`forget_sdk_rendezvous_defaults` takes them back out before a strategy reads them, unless the
+user set them: lightning-accel-core records both variables when the interpreter starts, before any SDK can load.
+
 Lightning-free, so that the Trainer and Fabric strategies of both trees, and other HPU strategies (DeepSpeed), share
 it; it is public as :class:`lightning_accel.habana.distributed.HCCLEnvironment`.
 """
@@ -7,14 +15,52 @@ it; it is public as :class:`lightning_accel.habana.distributed.HCCLEnvironment`.
 from __future__ import annotations
 
 import os
+import sys
 
 from . import sdk
 
-__all__ = ["HCCLEnvironment"]
+__all__ = ["SDK_RENDEZVOUS_DEFAULTS", "HCCLEnvironment", "forget_sdk_rendezvous_defaults", "sdk_rendezvous_defaults"]
+
+#: What the SDK's initialize_distributed_hpu() writes when the variables are unset.
+SDK_RENDEZVOUS_DEFAULTS = {"MASTER_ADDR": "localhost", "MASTER_PORT": "12345"}
 
 # initialize_distributed_hpu writes these; LOCAL_RANK left behind would make the next Trainer in this process
 # believe an external launcher had started it.
 _WRITTEN = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID")
+
+
+def _at_start() -> dict[str, str | None] | None:
+    autoload = sys.modules.get("_lightning_accel_autoload")  # imported at interpreter start by the core's .pth
+    if autoload is None or not hasattr(autoload, "environment_at_start"):
+        return None
+    at_start: dict[str, str | None] = autoload.environment_at_start()
+    return at_start
+
+
+def sdk_rendezvous_defaults() -> list[str]:
+    """The rendezvous variables whose value in this process is the SDK's default, not the user's.
+
+    A variable is the SDK's when it holds the SDK's default now and was unset when the interpreter started; without
+    the start-up record (``python -S``, no ``.pth`` processing) a value equal to the default is taken for the SDK's.
+    """
+    at_start = _at_start()
+    invented = []
+    for name, default in SDK_RENDEZVOUS_DEFAULTS.items():
+        if os.environ.get(name) != default:
+            continue
+        if at_start is None or at_start.get(name) is None:
+            invented.append(name)
+    return invented
+
+
+def forget_sdk_rendezvous_defaults() -> None:
+    """Take the SDK's ``MASTER_ADDR=localhost`` / ``MASTER_PORT=12345`` out of the environment (the user's stay).
+
+    Then Lightning's cluster environment chooses as it would without the SDK: the first node of ``SLURM_NODELIST``
+    under SLURM, a free port for a single-node run. Nothing changes for variables the user set.
+    """
+    for name in sdk_rendezvous_defaults():
+        os.environ.pop(name, None)
 
 
 class HCCLEnvironment:

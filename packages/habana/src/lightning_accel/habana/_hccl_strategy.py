@@ -5,6 +5,9 @@ Every multi-HPU strategy of lightning-accel is a Lightning strategy (``DDPStrate
 
 - the accelerator must be the HPU accelerator (a silent run on another device is refused);
 - the root device is this process's HPU among ``parallel_devices``;
+- the rendezvous: the SDK's ``MASTER_ADDR=localhost`` / ``MASTER_PORT=12345``, which it writes when it loads, are taken
+  back out before Lightning's cluster environment reads them (the user's own values stay), so SLURM nodes meet on the
+  first SLURM node and concurrent single-node jobs on free ports (:mod:`._distributed_env`);
 - joining the process group: the SDK's ``initialize_distributed_hpu`` first (it registers ``"hccl"`` and sets up the
   rank's module), then ``init_process_group`` **without** ``device_id``. Lightning passes ``device_id=root_device``
   for any non-CPU device, but on Gaudi the root device is ``torch.device("hpu")`` without an index (the runtime
@@ -32,7 +35,7 @@ from . import sdk
 from ._accelerator_check import RequiresHPUAccelerator
 from ._collectives import all_reduce
 from ._devices import parallel_root_device
-from ._distributed_env import HCCLEnvironment
+from ._distributed_env import HCCLEnvironment, forget_sdk_rendezvous_defaults
 
 __all__ = ["HCCLStrategyMixin"]
 
@@ -82,6 +85,8 @@ class HCCLStrategyMixin(RequiresHPUAccelerator):
     def _configure_launcher(self) -> None:
         # Refused here already, when the Trainer or Fabric is built: later, the ranks would have been launched.
         self._check_hpu_accelerator()
+        # Before the launcher reads the cluster environment's address and port (and hands them to the ranks).
+        forget_sdk_rendezvous_defaults()
         # Lightning's launcher, with a watcher that names a rank that dies (see lightning_accel.core.rank_watch).
         super()._configure_launcher()  # type: ignore[misc]
         rank_watch.watch_ranks(self._launcher)  # type: ignore[attr-defined]
@@ -91,6 +96,8 @@ class HCCLStrategyMixin(RequiresHPUAccelerator):
         from lightning_accel.core.compat import init_dist_connection
 
         self._hccl.initialize(world_size, global_rank, local_rank)
+        # In a rank (or under SLURM, where nobody launched the ranks in this process) the SDK may have loaded since.
+        forget_sdk_rendezvous_defaults()
         backend = self._process_group_backend or sdk.distributed_backend()
         init_dist_connection(self.cluster_environment, backend, timeout=self._timeout)
 

@@ -158,12 +158,12 @@ class PrecisionSettings:
 
 
 def _require_float16() -> None:
-    name = str(sdk.hpu_module().get_device_name())
-    # First-generation Gaudi ("GAUDI") has no float16 arithmetic; Gaudi2 and later do.
-    if name.upper().split(" ")[0] == "GAUDI":
+    # Asked without opening a card: the plugin is built before the strategy sets HLS_MODULE_ID (see sdk.generation).
+    # First-generation Gaudi has no float16 arithmetic; Gaudi2 and later do.
+    if not sdk.float16_supported():
         raise ConfigurationError(
-            f"precision='16-mixed' needs float16 support, which this HPU ({name}) lacks: 'FP16 not supported on Gaudi, "
-            "Gaudi2 or higher required'. Accepted on it: 'bf16-mixed', 'bf16-true' or '32-true'."
+            f"precision='16-mixed' needs float16 support, which this HPU ({sdk.generation()}) lacks: 'FP16 not "
+            "supported on Gaudi, Gaudi2 or higher required'. Accepted on it: 'bf16-mixed', 'bf16-true' or '32-true'."
         )
 
 

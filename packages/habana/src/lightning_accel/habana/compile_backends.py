@@ -2,8 +2,15 @@
 
 lightning-accel-habana declares the three names in torch's own entry-point group ``torch_dynamo_backends``, so
 ``torch._dynamo.list_backends()`` lists them right after ``import torch`` and ``torch.compile(model,
-backend="hpu_backend")`` works before any Trainer exists. Nothing is imported until a backend is first used; then
-the SDK's (or the emulator's) ``habana_frameworks.torch.dynamo.compile_backend`` is loaded and does the compiling.
+backend="hpu_backend")`` works before any Trainer exists. Nothing is imported until a backend is first used.
+
+``hpu_backend`` is never registered twice. The SDK registers it itself, with ``@register_backend``, whenever it loads
+(gaudi-pytorch-bridge 1.19.0 ``core/__init__.py:55`` imports ``dynamo/compile_backend/backends.py``, ``:47``), and torch
+refuses a second registration of a name (``AssertionError: duplicate name``, which would make the SDK's own import
+fail). So the entry point of ``hpu_backend`` registers nothing of ours: when torch looks the name up before the SDK
+has loaded (lazy mode, ``PT_HPU_AUTOLOAD=0``, ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), it loads the SDK, whose own
+``hpu_backend`` is then the one registered under the name (:func:`__getattr__`). Once the SDK has loaded (eager mode's
+default), torch finds the SDK's registration and never reads the entry point.
 
 Current SDKs (1.18 and later) register only ``hpu_backend``; ``aot_hpu_training_backend`` and
 ``aot_hpu_inference_backend`` were the names of earlier releases, kept here as aliases of ``hpu_backend`` (which
@@ -42,22 +49,29 @@ _SDK_BACKENDS = "habana_frameworks.torch.dynamo.compile_backend.backends"
 
 
 def _sdk_hpu_backend() -> Callable[..., Any]:
-    """The SDK's own ``hpu_backend`` function, loading the SDK's compile backend if it has not been loaded."""
+    """The SDK's own ``hpu_backend`` function, loading the SDK (which registers it) if it has not loaded yet."""
     loaded = sys.modules.get(_SDK_BACKENDS)
     if loaded is None:
         sdk.require()
-        from torch._dynamo.backends import registry
-
-        # Our entry point may hold the name already (torch registered it on first lookup); the SDK's module registers
-        # it again when imported and would fail as a duplicate. Hand the name over to the SDK's own function.
-        ours = registry._COMPILER_FNS.pop("hpu_backend", None)
-        try:
-            loaded = importlib.import_module(_SDK_BACKENDS)
-        except BaseException:
-            if ours is not None:
-                registry._COMPILER_FNS.setdefault("hpu_backend", ours)
-            raise
+        loaded = importlib.import_module(_SDK_BACKENDS)
     backend: Callable[..., Any] = loaded.hpu_backend
+    return backend
+
+
+def __getattr__(name: str) -> Any:
+    """``_sdk_registered_hpu_backend``: what the ``hpu_backend`` entry point hands torch (see the module docstring).
+
+    torch's ``lookup_backend`` loads the entry point and then registers what it got under ``"hpu_backend"``. Loading
+    the SDK registers the SDK's function under that name already, so it is taken out of the registry here and handed
+    back: torch registers the SDK's own function, once.
+    """
+    if name != "_sdk_registered_hpu_backend":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from torch._dynamo.backends import registry
+
+    backend = _sdk_hpu_backend()
+    if registry._COMPILER_FNS.get("hpu_backend") is backend:
+        del registry._COMPILER_FNS["hpu_backend"]
     return backend
 
 

@@ -57,6 +57,8 @@ __all__ = [
     "disable_casts",
     "distributed_backend",
     "experimental_utils_module",
+    "float16_supported",
+    "generation",
     "hccl_module",
     "hpu_module",
     "ht_module",
@@ -150,6 +152,24 @@ def experimental_utils_module() -> ModuleType:
 def transformer_engine_module() -> ModuleType:
     """``habana_frameworks.torch.hpex.experimental.transformer_engine``: ``Linear``, ``fp8_autocast``, ``recipe``."""
     return _module("hpex.experimental.transformer_engine")
+
+
+def generation() -> str:
+    """The Gaudi generation of the machine's HPUs, e.g. ``"synDeviceGaudi2"``, found without opening a card.
+
+    ``hpu.get_device_name()`` opens one (``_lazy_init``, gaudi-pytorch-bridge 1.19.0 ``hpu/__init__.py:121-142``):
+    before the strategy has set ``HLS_MODULE_ID`` that takes "any free card by type", and the launcher process keeps
+    it. The SDK's ``utils.experimental._get_device_type()`` asks Synapse for the device type only ("This call can be
+    made prior to device acquire", ``backend/synapse_helpers/device.cpp:573-589``); DeepSpeed's HPU accelerator asks it
+    too. lightning-Habana used ``hl-smi -L`` for the same reason (PR 232).
+    """
+    device_type = _module("utils.experimental")._get_device_type()
+    return str(getattr(device_type, "name", device_type))
+
+
+def float16_supported() -> bool:
+    """Whether the HPUs compute in float16 (Gaudi2 and later), found without opening a card (see :func:`generation`)."""
+    return bool(_module("utils.experimental")._is_fp16_supported())
 
 
 def autocast(dtype: torch.dtype) -> AbstractContextManager[Any]:

@@ -29,15 +29,39 @@ Loading it makes ``"hpu"`` a torch device (``device``): tensors made with ``devi
 and their data lives on the backing device chosen by ``LIGHTNING_ACCEL_EMULATE_BACKEND`` (``cpu`` or ``cuda``).
 """
 
-from . import _fp8_ops, _generation, autocast, core, custom_ops, device, dynamo, hpex, hpu, utils  # noqa: F401
+from . import _load_effects
+
+# As the SDK's first line (torch/__init__.py:22-23): no inductor compile process pool.
+_load_effects.set_inductor_threads()
+
+from . import (  # noqa: E402, F401
+    _autocast,
+    _custom_ops,
+    _fp8_ops,
+    _generation,
+    _not_emulated,
+    core,
+    device,
+    dynamo,
+    hpex,
+    hpu,
+    utils,
+)
+from .distributed import hccl as _hccl  # noqa: E402,F401  (the SDK's __init__.py:55 imports it: its load effects)
+from .utils.internal import is_lazy  # noqa: E402
+
+# The SDK modules the emulator does not provide refuse by name, with the reason (not a bare ModuleNotFoundError).
+_not_emulated.install_finder()
 
 # The generation is read once, as the SDK learns it from the card when it loads; a bad value fails the load.
 _generation.load_generation()
 # As the SDK's import registers its device with torch, loading the emulated SDK makes "hpu" a torch device
 # and defines the SDK's own operators (torch.ops.hpu.*).
 device.install()
-custom_ops.register()
+_custom_ops.register(core.is_lazy())
 # And, as the SDK's library does when it loads, reads the autocast lists once and registers the autocast kernels.
-autocast.install()
+_autocast.install()
 
-__all__ = ["core", "dynamo", "hpex", "hpu", "utils"]
+_not_emulated.provide(globals(), "habana_frameworks.torch")
+
+__all__ = ["core", "dynamo", "hpex", "hpu", "is_lazy", "utils"]

@@ -41,7 +41,7 @@ def backing_device(index: int | None = None) -> torch.device:
     if kind == "cpu":
         return torch.device("cpu")
     if index is None:
-        from .hpu.device import module_id
+        from .hpu._devices import module_id
 
         index = module_id()
     return torch.device("cuda", index % torch.cuda.device_count())

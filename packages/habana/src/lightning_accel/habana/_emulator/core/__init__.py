@@ -20,30 +20,30 @@ from __future__ import annotations
 import os
 import threading
 
-from .. import hpu
+from .. import _not_emulated, hpu
 
-__all__ = ["LAZY_MODE_VAR", "hpu", "is_lazy", "mark_step", "step_closure"]
+__all__ = ["hpu", "is_lazy", "mark_step", "step_closure"]
 
-LAZY_MODE_VAR = "PT_HPU_LAZY_MODE"
+_LAZY_MODE_VAR = "PT_HPU_LAZY_MODE"
 
 _lock = threading.Lock()
-_marked_steps = 0
+_marked_step_total = 0
 
 
 def _mode_at_load() -> bool:
-    raw = os.environ.get(LAZY_MODE_VAR, "0").strip()
+    raw = os.environ.get(_LAZY_MODE_VAR, "0").strip()
     if raw in ("", "0"):
         return False
     if raw == "1":
         return True
     raise ValueError(
-        f"{LAZY_MODE_VAR}={raw!r} is not a mode. Accepted: '0' (eager, the default since SDK 1.21) or '1' (lazy); "
+        f"{_LAZY_MODE_VAR}={raw!r} is not a mode. Accepted: '0' (eager, the default since SDK 1.21) or '1' (lazy); "
         "set it before the process starts."
     )
 
 
 _lazy = _mode_at_load()
-hpu.export_graph_api(_lazy)
+hpu._export_graph_api(_lazy)
 
 
 def is_lazy() -> bool:
@@ -58,28 +58,41 @@ def mark_step(device_str: str = "", sync: bool = False) -> None:
         device_str: Accepted for signature compatibility with the SDK; ignored.
         sync: Wait until the backing device has finished the queued work.
     """
-    global _marked_steps
+    global _marked_step_total
     if not _lazy:
         return
     with _lock:
-        _marked_steps += 1
+        _marked_step_total += 1
     if sync:
         hpu.synchronize()
 
 
-def marked_steps() -> int:
+def _marked_steps() -> int:
     """Emulator only (not an SDK name): how many graph boundaries ``mark_step`` has recorded in this process."""
-    return _marked_steps
+    return _marked_step_total
 
 
-def load_mode(lazy: bool) -> None:
+def _load_mode(lazy: bool) -> None:
     """Emulator only (not an SDK name): behave as an SDK loaded with ``PT_HPU_LAZY_MODE=1`` (``lazy``) or ``0``.
 
     A real process cannot switch modes; the test suite uses this to run mode-specific tests in one process.
     """
     global _lazy
     _lazy = lazy
-    hpu.export_graph_api(lazy)
+    hpu._export_graph_api(lazy)
+    from .. import _custom_ops
+
+    _custom_ops.register(lazy)  # the SDK of that mode has that mode's operator schemas
 
 
+from .. import _load_effects  # noqa: E402
 from . import step_closure  # noqa: E402  (it reads the mode decided above)
+
+# What the SDK's core does when it loads (core/__init__.py:46-55,140-147), in its order: wrap torch's functions,
+# register torch.compile's hpu_backend (in both modes: backends.py is imported at :55), default HABANA_PROFILE.
+_load_effects.overwrite_torch_functions(_lazy)
+from ..dynamo.compile_backend import backends as _backends  # noqa: E402,F401
+
+_load_effects.default_habana_profile()
+
+_not_emulated.provide(globals(), "habana_frameworks.torch.core")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .._backing import backing_device
-from ..hpu import device as _sdk_device
+from ..hpu import _devices as _sdk_device
 
 __all__ = ["DEFAULT_INDEX", "DEVICE_TYPE", "backing_of", "current_index", "hpu_device", "index_of"]
 

@@ -1,24 +1,33 @@
 """Emulation of ``habana_frameworks.torch.distributed.hccl``.
 
-Importing the module registers the ``"hccl"`` backend with ``torch.distributed`` (as the SDK does). The emulated
+Importing the module does what importing the SDK's does (the SDK's ``__init__.py`` imports it on every load):
+``initialize_distributed_hpu()`` runs (so ``MASTER_ADDR``/``MASTER_PORT`` default to ``localhost:12345`` unless the
+ranks are all known), the ``"hccl"`` backend is registered with ``torch.distributed``, and collectives are kept out of
+dynamo graphs. The emulated
 backend runs gloo on the CPU backing and nccl on the CUDA backing, so ``torch.distributed.get_backend()`` returns
 ``"hccl"`` while the collectives are real.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import threading
 from datetime import timedelta
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
-from .._backing import backing_type
-from ..hpu.device import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR, visible_device_count
+from .. import _load_effects, _not_emulated
+from .._backing import backing_type as _backing_type
+from ..hpu._devices import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR
+from ..hpu._devices import visible_device_count as _visible_device_count
 
-__all__ = ["BACKEND_NAME", "initialize_distributed_hpu"]
+__all__ = ["HABANA_VISIBLE_MODULES_VAR", "HLS_MODULE_ID_VAR", "initialize_distributed_hpu"]
 
-BACKEND_NAME = "hccl"
+_BACKEND_NAME = "hccl"
 
 _MPI_TO_TORCH = {
     "OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK",
@@ -29,7 +38,7 @@ _MPI_TO_TORCH = {
 
 def _create_process_group(backend_opts: Any, pg_opts: Any) -> Any:
     timeout: timedelta = backend_opts.timeout
-    if backing_type() == "cuda":
+    if _backing_type() == "cuda":
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
         return dist.ProcessGroupNCCL(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, options)
@@ -37,16 +46,121 @@ def _create_process_group(backend_opts: Any, pg_opts: Any) -> Any:
 
 
 def _register() -> None:
-    if BACKEND_NAME in dist.Backend.backend_list:
+    if _BACKEND_NAME in dist.Backend.backend_list:
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True, devices=[backing_type()])
+    # As the SDK (distributed/hccl/__init__.py:120): the backend serves "hpu" tensors only.
+    dist.Backend.register_backend(_BACKEND_NAME, _create_process_group, extended_api=True, devices=["hpu"])
+    _serve_backing_tensors()
+    _refuse_host_tensors()
+
+
+def _is_hccl(group: Any) -> bool:
+    try:
+        return bool(dist.get_backend(group) == _BACKEND_NAME)  # a custom backend's own name says "custom"
+    except (RuntimeError, ValueError):
+        return False
+
+
+def _serve_backing_tensors() -> None:
+    # An operation on emulated "hpu" tensors reaches the process group with their backing tensors (the device layer
+    # runs every ATen operation, collectives too, on the backing device). So an "hccl" group also answers the backing
+    # device type, inside; what torch reports as its capability stays "hpu", as on Gaudi.
+    c10d = dist.distributed_c10d
+    create = c10d._new_process_group_helper
+
+    @functools.wraps(create)
+    def _new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
+        made = create(*args, **kwargs)
+        group = made[0]
+        if _is_hccl(group):
+            backend = group._get_backend(torch.device("hpu"))
+            group._register_backend(torch.device(_backing_type()), dist.ProcessGroup.BackendType.CUSTOM, backend)
+        return made
+
+    c10d._new_process_group_helper = _new_process_group_helper
+
+
+_staging = threading.local()
+
+
+def _refuse_host_tensors() -> None:
+    # On Gaudi a collective of an "hccl" group on a host tensor finds no backend (the backend serves "hpu" only) and
+    # torch says so; the emulated group serves the backing device inside, so it refuses such tensors here, with
+    # torch's text. The public collectives are checked; the emulated device's own calls come from below them. The
+    # object collectives (broadcast_object_list, ...) stage their bytes in tensors of the group's device, the HPU on
+    # Gaudi; here the backing device holds them, so inside those the check is off.
+    c10d = dist.distributed_c10d
+    for name in _COLLECTIVES:
+        original = getattr(c10d, name, None)
+        if original is None:
+            continue
+        signature = inspect.signature(original)
+
+        def checked(*args: Any, __original: Any = original, __signature: Any = signature, **kwargs: Any) -> Any:
+            if not getattr(_staging, "depth", 0) and dist.is_initialized():
+                bound = __signature.bind_partial(*args, **kwargs)
+                if _is_hccl(bound.arguments.get("group")):
+                    values = [v for k, v in bound.arguments.items() if k != "group"]
+                    for value in torch.utils._pytree.tree_leaves(values):
+                        if isinstance(value, torch.Tensor) and value.device.type != "hpu":
+                            raise RuntimeError(f"No backend type associated with device type {value.device.type}")
+            return __original(*args, **kwargs)
+
+        _replace(c10d, name, original, checked)
+    for name in _OBJECT_COLLECTIVES:
+        original = getattr(c10d, name, None)
+        if original is None:
+            continue
+
+        def staged(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            _staging.depth = getattr(_staging, "depth", 0) + 1
+            try:
+                return __original(*args, **kwargs)
+            finally:
+                _staging.depth -= 1
+
+        _replace(c10d, name, original, staged)
+
+
+def _replace(c10d: Any, name: str, original: Any, wrapper: Any) -> None:
+    functools.update_wrapper(wrapper, original)
+    setattr(c10d, name, wrapper)
+    if getattr(dist, name, None) is original:
+        setattr(dist, name, wrapper)
+
+
+_OBJECT_COLLECTIVES = (
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "recv_object_list",
+    "scatter_object_list",
+    "send_object_list",
+)
+_COLLECTIVES = (
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast",
+    "gather",
+    "irecv",
+    "isend",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "send",
+)
 
 
 def _set_module_id(local_rank: int, world_size: int) -> None:
     # As in the SDK: single-process runs and unknown local ranks leave the module choice to the runtime.
     if HLS_MODULE_ID_VAR in os.environ or local_rank == -1 or world_size == 1:
         return
-    visible = visible_device_count()
+    visible = _visible_device_count()
     if local_rank >= visible:
         raise AssertionError(
             "There is not enough devices available for training. Please verify if "
@@ -66,8 +180,9 @@ def initialize_distributed_hpu(
     """Set up the environment of a distributed HPU process and return ``(world_size, rank, local_rank)``.
 
     With all three arguments given they are written to ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``; otherwise the
-    values come from the environment (torchrun variables, or Open MPI's ``OMPI_COMM_WORLD_*``), and ``MASTER_ADDR`` /
-    ``MASTER_PORT`` default to ``localhost:12345``. Sets ``HLS_MODULE_ID`` to the module of the local rank and ``ID``
+    values come from the environment (torchrun variables, or Open MPI's ``OMPI_COMM_WORLD_*``), and unless
+    ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` were all set, ``MASTER_ADDR`` / ``MASTER_PORT`` default to
+    ``localhost:12345``. Sets ``HLS_MODULE_ID`` to the module of the local rank and ``ID``
     to the global rank.
 
     Raises:
@@ -78,10 +193,10 @@ def initialize_distributed_hpu(
         os.environ["WORLD_SIZE"] = str(world_size)
         os.environ["RANK"] = str(rank)
         os.environ["LOCAL_RANK"] = str(local_rank)
-    else:
-        if not all(name in os.environ for name in _MPI_TO_TORCH.values()) and all(
-            name in os.environ for name in _MPI_TO_TORCH
-        ):
+    elif not all(name in os.environ for name in _MPI_TO_TORCH.values()):
+        # _setup_environment_from_mpi (distributed/hccl/__init__.py:60-81): nothing when the ranks are all known;
+        # otherwise Open MPI's ranks, and the single-node rendezvous defaults.
+        if all(name in os.environ for name in _MPI_TO_TORCH):
             for mpi_name, torch_name in _MPI_TO_TORCH.items():
                 os.environ[torch_name] = os.environ[mpi_name]
         os.environ.setdefault("MASTER_ADDR", "localhost")
@@ -95,4 +210,10 @@ def initialize_distributed_hpu(
     return world, global_rank, local
 
 
+# What importing the SDK's hccl module does (distributed/hccl/__init__.py:113-165): set up the environment from
+# torchrun's or Open MPI's variables (MASTER_ADDR/MASTER_PORT defaulted when the ranks are not all known), register
+# the backend, and keep collectives out of dynamo graphs.
+initialize_distributed_hpu()
 _register()
+_load_effects.disallow_collectives_in_graph()
+_not_emulated.provide(globals(), "habana_frameworks.torch.distributed.hccl")

@@ -1,98 +1,246 @@
 """Emulation of ``habana_frameworks.torch.hpu``: device queries, RNG, memory statistics and HPU graphs.
 
-As in the SDK, ``hpu.hpu`` refers to this module itself, so ``torch_hpu.hpu.memory_stats()`` works too.
+As in the SDK, ``hpu.hpu`` refers to this module itself, so ``torch_hpu.hpu.memory_stats()`` works too. The names
+and their parameters are the SDK's (gaudi-pytorch-bridge 1.19.0 ``hpu/__init__.py``, ``memory.py``, ``random.py``,
+``streams.py``, ``events.py``; checked by ``packages/habana/tests/test_sdk_api_table.py``); the names that only
+Gaudi can serve (graph-compiler switches, ``hl-smi`` readings, metrics) refuse with the reason when used
+(``.._not_emulated``).
 
 The HPU graph APIs (``HPUGraph``, ``graph``, ``make_graphed_callables``, ``ModuleCacher``, ``wrap_in_hpu_graph``)
-are exported only in lazy mode, as the SDK does (``if is_lazy(): from .graphs import *``, gaudi-pytorch-bridge
-``python_packages/habana_frameworks/torch/hpu/__init__.py``); in the default eager mode they are absent and using
-them is an ``AttributeError``. The mode is decided when the SDK loads (see ``core``).
+are exported only in lazy mode, as the SDK does (``if is_lazy(): from .graphs import *``, ``hpu/__init__.py:45-46``);
+in the default eager mode they are absent and using them is an ``AttributeError``. The mode is decided when the SDK
+loads (see ``core``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import warnings
+from typing import Any, Literal
 
+from .. import _not_emulated
+from ..utils.internal import is_lazy
 from . import _graph_cache, graphs, random
-from .device import (
+from ._devices import (
     HABANA_VISIBLE_MODULES_VAR,
     HLS_MODULE_ID_VAR,
+    _index_of,
     current_device,
     device_count,
     get_device_name,
+    init,
     is_available,
     is_initialized,
     set_device,
     synchronize,
-    visible_device_count,
 )
+from .events import Event
 from .memory import (
     max_memory_allocated,
     max_memory_cached,
     max_memory_reserved,
+    mem_get_info,
     memory_allocated,
     memory_cached,
     memory_reserved,
     memory_stats,
-    reset_max_memory_allocated,
+    memory_summary,
+    reset_accumulated_memory_stats,
     reset_peak_memory_stats,
 )
-from .random import get_rng_state, initial_seed, manual_seed, manual_seed_all, seed, set_rng_state
-from .streams import Event, Stream, current_stream, default_stream, stream
+from .random import (
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from .streams import Stream, current_stream, default_stream, stream
 
 hpu = sys.modules[__name__]
 
-GRAPH_API = {
+_SDK = "habana_frameworks.torch.hpu"
+_SYNC_DEBUG_VAR = "PT_ENABLE_HABANA_STREAMASYNC"
+_deterministic = False
+
+
+class device:
+    """Context manager that selects the HPU inside the block (the SDK's ``hpu.device``).
+
+    A process drives one HPU (``hpu:0``, the module ``HLS_MODULE_ID`` names): as on the SDK, an index other than 0
+    must be that module.
+
+    Example:
+        >>> import habana_frameworks.torch.hpu as hpu
+        >>> with hpu.device(0):
+        ...     pass
+    """
+
+    def __init__(self, device: Any) -> None:
+        index = _index_of(device) if device is not None else 0
+        module = int(os.environ.get(HLS_MODULE_ID_VAR) or -1)
+        if index != 0 and index != module:
+            # The SDK's own assertion and text (hpu/__init__.py:367-372).
+            raise AssertionError(f"Requested device_id={index} is different from env_device_id={module}")
+        self.idx = module
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, type: Any, value: Any, traceback: Any) -> Literal[False]:
+        return False
+
+
+class device_of(device):
+    """Context manager that selects the HPU of ``obj`` (a tensor) inside the block (the SDK's ``hpu.device_of``)."""
+
+    def __init__(self, obj: Any) -> None:
+        super().__init__(obj.get_device() if obj.device.type == "hpu" else None)
+
+
+def is_bf16_supported() -> bool:
+    """Whether bfloat16 is supported: on every Gaudi, as on the SDK (``is_available()``)."""
+    return is_available()
+
+
+def get_arch_list() -> list[str]:
+    """The device architecture names (the SDK returns the current device's name)."""
+    return [get_device_name(current_device())]
+
+
+def get_gencode_flags() -> str:
+    """The gencode flags the library was compiled with: none, as on the SDK."""
+    return ""
+
+
+def set_sync_debug_mode(debug_mode: Any) -> None:
+    """Set ``PT_ENABLE_HABANA_STREAMASYNC`` to ``str(debug_mode)``, as the SDK does (the emulator runs in order)."""
+    os.environ[_SYNC_DEBUG_VAR] = str(debug_mode)
+
+
+def get_sync_debug_mode() -> int:
+    """``int(PT_ENABLE_HABANA_STREAMASYNC)``, as the SDK reads it (a ``KeyError`` when it was never set)."""
+    return int(os.environ[_SYNC_DEBUG_VAR])
+
+
+def setDeterministic(val: bool) -> None:
+    """Ask for deterministic HPU kernels (deprecated in the SDK, which warns; the emulator's kernels are torch's)."""
+    global _deterministic
+    warnings.warn(
+        "torch.hpu.setDeterministic is deprecated and will be removed in next release. Please use "
+        "torch.use_deterministic_algorithms instead.",
+        stacklevel=2,
+    )
+    _deterministic = bool(val)
+
+
+def getDeterministic() -> bool:
+    """Whether deterministic HPU kernels were asked for with :func:`setDeterministic` (deprecated in the SDK)."""
+    warnings.warn(
+        "torch.hpu.getDeterministic is deprecated and will be removed in next release. Please use "
+        "torch.are_deterministic_algorithms_enabled instead.",
+        stacklevel=2,
+    )
+    return _deterministic
+
+
+_GRAPH_API: dict[str, Any] = {
     "HPUGraph": graphs.HPUGraph,
     "graph": graphs.graph,
     "is_current_stream_capturing": graphs.is_current_stream_capturing,
     "make_graphed_callables": graphs.make_graphed_callables,
     "ModuleCacher": _graph_cache.ModuleCacher,
     "wrap_in_hpu_graph": _graph_cache.wrap_in_hpu_graph,
+    # The rest of the SDK's `from .graphs import *`: internals of its graph cache, which refuse by name.
+    **{
+        name: _not_emulated.stand_in(_SDK, name)
+        for name in (
+            "CachedParams",
+            "GraphModel",
+            "TensorPacker",
+            "copy_to",
+            "extract_tensors",
+            "get_tensor_info",
+            "get_user_input_tensor_list",
+            "hpu_graph_print",
+            "htcore",
+            "input_hash",
+            "stringify",
+            "wrap_in_hpu_graph_func",
+            "wrapped_hpugraph_forward",
+        )
+    },
 }
 
 
-def export_graph_api(lazy: bool) -> None:
+def _export_graph_api(lazy: bool) -> None:
     """Emulator only: export the HPU graph APIs from this module in lazy mode, remove them in eager mode."""
     module = sys.modules[__name__]
-    for name, value in GRAPH_API.items():
+    for name, value in _GRAPH_API.items():
         if lazy:
             setattr(module, name, value)
         else:
             module.__dict__.pop(name, None)
 
 
+_not_emulated.provide(
+    globals(),
+    _SDK,
+    tuple(name for name in _not_emulated.NAMES[_SDK] if name not in _GRAPH_API and name not in globals()),
+)
+
 __all__ = [
     "Event",
-    "Stream",
-    "current_stream",
-    "default_stream",
-    "max_memory_cached",
-    "max_memory_reserved",
-    "memory_cached",
-    "memory_reserved",
-    "random",
-    "reset_max_memory_allocated",
-    "stream",
     "HABANA_VISIBLE_MODULES_VAR",
     "HLS_MODULE_ID_VAR",
+    "Stream",
     "current_device",
+    "current_stream",
+    "default_stream",
+    "device",
     "device_count",
-    "export_graph_api",
+    "device_of",
+    "get_arch_list",
+    "getDeterministic",
     "get_device_name",
+    "get_gencode_flags",
     "get_rng_state",
+    "get_rng_state_all",
+    "get_sync_debug_mode",
     "hpu",
+    "init",
     "initial_seed",
     "is_available",
+    "is_bf16_supported",
     "is_initialized",
+    "is_lazy",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",
+    "max_memory_cached",
+    "max_memory_reserved",
+    "mem_get_info",
     "memory_allocated",
+    "memory_cached",
+    "memory_reserved",
     "memory_stats",
+    "memory_summary",
+    "random",
+    "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
     "seed",
+    "seed_all",
+    "setDeterministic",
     "set_device",
     "set_rng_state",
+    "set_rng_state_all",
+    "set_sync_debug_mode",
+    "stream",
     "synchronize",
-    "visible_device_count",
 ]

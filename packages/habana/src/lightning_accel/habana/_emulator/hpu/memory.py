@@ -8,22 +8,32 @@ counters equal the allocation counters.
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 import torch
 
+from .. import _not_emulated
+from ._devices import _lazy_init
+
 __all__ = [
-    "MEMORY_STAT_KEYS",
     "max_memory_allocated",
     "max_memory_cached",
     "max_memory_reserved",
+    "mem_get_info",
     "memory_allocated",
     "memory_cached",
     "memory_reserved",
     "memory_stats",
-    "reset_max_memory_allocated",
+    "memory_summary",
+    "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
 ]
 
-MEMORY_STAT_KEYS = (
+# The SDK's memory module binds its hpu package (`import habana_frameworks.torch.hpu as hpu`), partly initialised here.
+hpu = sys.modules[__name__.rpartition(".")[0]]
+
+_MEMORY_STAT_KEYS = (
     "Limit",
     "InUse",
     "MaxInUse",
@@ -47,6 +57,7 @@ def memory_stats(device: Device = None) -> dict[str, int]:
     """
     from ..device import memory_snapshot
 
+    _lazy_init("hpu.memory_stats()")  # as the SDK's hpu.init() at the top of each memory query
     snap = memory_snapshot(device)
     return {
         "Limit": snap.limit,
@@ -80,25 +91,35 @@ def reset_peak_memory_stats(device: Device = None) -> None:
 
 
 def memory_reserved(device: Device = None) -> int:
-    """Bytes reserved from the device: what is in use, as the emulator keeps no pool of free blocks."""
-    return memory_stats(device)["InUse"]
+    """The device memory the SDK's allocator manages: ``Limit`` (gaudi-pytorch-bridge 1.19.0 ``hpu/memory.py``)."""
+    return memory_stats(device)["Limit"]
 
 
 def max_memory_reserved(device: Device = None) -> int:
-    """Peak bytes reserved (the peak in use, see :func:`memory_reserved`)."""
-    return memory_stats(device)["MaxInUse"]
+    """The most device memory the SDK's allocator managed: ``Limit``, as on the SDK."""
+    return memory_stats(device)["Limit"]
 
 
 def memory_cached(device: Device = None) -> int:
-    """The SDK's older name of :func:`memory_reserved`."""
+    """The SDK's former name of :func:`memory_reserved`; warns with ``FutureWarning``, as the SDK does."""
+    warnings.warn("torch.hpu.memory_cached has been renamed to torch.hpu.memory_reserved", FutureWarning, stacklevel=2)
     return memory_reserved(device)
 
 
 def max_memory_cached(device: Device = None) -> int:
-    """The SDK's older name of :func:`max_memory_reserved`."""
+    """The SDK's former name of :func:`max_memory_reserved`; warns with ``FutureWarning``, as the SDK does."""
+    warnings.warn(
+        "torch.hpu.max_memory_cached has been renamed to torch.hpu.max_memory_reserved", FutureWarning, stacklevel=2
+    )
     return max_memory_reserved(device)
 
 
-def reset_max_memory_allocated(device: Device = None) -> None:
-    """Make ``MaxInUse`` start again from the memory in use now (as :func:`reset_peak_memory_stats`)."""
-    reset_peak_memory_stats(device)
+def mem_get_info(device: Device = None) -> tuple[int, int]:
+    """``(free, total)`` device memory in bytes: ``(Limit - InUse, Limit)``, as the SDK computes it."""
+    stats = memory_stats(device)
+    return stats["Limit"] - stats["InUse"], stats["Limit"]
+
+
+# Only Gaudi's allocator keeps these; they refuse by name (see .._not_emulated).
+memory_summary = _not_emulated.stand_in("habana_frameworks.torch.hpu", "memory_summary")
+reset_accumulated_memory_stats = _not_emulated.stand_in("habana_frameworks.torch.hpu", "reset_accumulated_memory_stats")

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
-from .._backing import backing_type
+from .. import _not_emulated
+from .._backing import backing_type as _backing_type
 
 __all__ = [
-    "default_generators",
     "get_rng_state",
+    "get_rng_state_all",
     "initial_seed",
     "manual_seed",
     "manual_seed_all",
     "seed",
+    "seed_all",
     "set_rng_state",
+    "set_rng_state_all",
 ]
 
 
@@ -21,12 +26,12 @@ class _DefaultGenerators:
     """``default_generators[i]``: the generator of HPU ``i``, the backing device's default generator here."""
 
     def __getitem__(self, index: int) -> torch.Generator:
-        if backing_type() == "cuda":
+        if _backing_type() == "cuda":
             return torch.cuda.default_generators[index % torch.cuda.device_count()]
         return torch.default_generator
 
     def __len__(self) -> int:
-        from .device import device_count
+        from ._devices import device_count
 
         return device_count()
 
@@ -35,15 +40,16 @@ default_generators = _DefaultGenerators()
 
 
 def _on_cuda() -> bool:
-    return backing_type() == "cuda"
+    return _backing_type() == "cuda"
 
 
-def manual_seed(seed: int) -> None:
-    """Seed the HPU generator."""
-    if _on_cuda():
-        torch.cuda.manual_seed(int(seed))
-    else:
-        torch.default_generator.manual_seed(int(seed))
+def _generator() -> torch.Generator:
+    return default_generators[0]
+
+
+def manual_seed(seed: int) -> torch.Generator:
+    """Seed the HPU generator and return it, as the SDK does (gaudi-pytorch-bridge 1.19.0 ``hpu/random.py``)."""
+    return _generator().manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
@@ -54,12 +60,31 @@ def manual_seed_all(seed: int) -> None:
         torch.default_generator.manual_seed(int(seed))
 
 
-def seed() -> None:
-    """Seed the HPU generator with a non-deterministic random number."""
-    if _on_cuda():
-        torch.cuda.seed()
-    else:
-        torch.default_generator.seed()
+def seed() -> int:
+    """Seed the HPU generator with a non-deterministic random number, and return it."""
+    return int(_generator().seed())
+
+
+def seed_all() -> None:
+    """Seed the generators of all HPUs with a non-deterministic random number (one generator per process)."""
+    _generator().seed()
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    """The states of the HPU generators of this process: one, as a process drives one HPU."""
+    return [get_rng_state(0)]
+
+
+def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
+    """Restore the states returned by :func:`get_rng_state_all`.
+
+    Raises:
+        RuntimeError: When not exactly one state is given (the SDK's error text).
+    """
+    states = list(new_states)
+    if len(states) != 1:
+        raise RuntimeError("hpu set_rng_state_all supports only states len of 1")
+    set_rng_state(states[0], 0)
 
 
 def initial_seed() -> int:
@@ -91,3 +116,6 @@ def set_rng_state(new_state: torch.Tensor, device: int | str | torch.device = "h
         torch.cuda.set_rng_state(new_state)
     else:
         torch.default_generator.set_state(new_state)
+
+
+_not_emulated.provide(globals(), "habana_frameworks.torch.hpu.random")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .. import _not_emulated
+
 __all__ = ["is_lazy"]
 
 
@@ -10,3 +12,6 @@ def is_lazy() -> bool:
     from ..core import is_lazy as core_is_lazy
 
     return core_is_lazy()
+
+
+_not_emulated.provide(globals(), "habana_frameworks.torch.utils.internal")

@@ -6,6 +6,9 @@ Source: gaudi-pytorch-bridge ``python_packages/habana_frameworks/torch/dynamo/co
 
 from __future__ import annotations
 
+from ... import _not_emulated
 from . import backends
 
 __all__ = ["backends"]
+
+_not_emulated.provide(globals(), "habana_frameworks.torch.dynamo.compile_backend")

@@ -25,16 +25,18 @@ from typing import Any
 import torch
 from torch._dynamo.backends.registry import register_backend
 
-from ...core import LAZY_MODE_VAR, is_lazy
-from ...device._dispatch import UNTRACEABLE_FACTORY
-from ...device._tensor import HPUTensor
-from ...hpu import graphs
+from ... import _not_emulated
+from ...core import _LAZY_MODE_VAR
+from ...core import is_lazy as _is_lazy
+from ...device._dispatch import UNTRACEABLE_FACTORY as _UNTRACEABLE_FACTORY
+from ...device._tensor import HPUTensor as _HPUTensor
+from ...hpu import graphs as _graphs
 
 __all__ = ["hpu_backend"]
 
 
 def _refuse_during_capture() -> None:
-    if graphs.is_current_stream_capturing():
+    if _graphs.is_current_stream_capturing():
         raise RuntimeError(
             "A torch.compile-d function ran inside an HPU graph capture. HPU graphs cannot be combined with "
             "torch.compile (the SDK does not support it): capture an uncompiled model, or compile without HPU graphs."
@@ -47,15 +49,15 @@ def _refuse_untraceable_hpu_tensors(graph_module: torch.fx.GraphModule) -> None:
     # so instead of Inductor's KeyError. Factories that meet an emulated tensor are refused by its dispatch already.
     for node in graph_module.graph.nodes:
         for value in torch.utils._pytree.tree_leaves(node.meta.get("example_value")):
-            if isinstance(value, torch.Tensor) and not isinstance(value, HPUTensor) and value.device.type == "hpu":
-                raise RuntimeError(UNTRACEABLE_FACTORY.format(func=node.format_node()))
+            if isinstance(value, torch.Tensor) and not isinstance(value, _HPUTensor) and value.device.type == "hpu":
+                raise RuntimeError(_UNTRACEABLE_FACTORY.format(func=node.format_node()))
 
 
 def _refuse_lazy_mode() -> None:
-    if is_lazy():
+    if _is_lazy():
         raise RuntimeError(
-            f"torch.compile with backend='hpu_backend' needs eager mode, but {LAZY_MODE_VAR}=1 (lazy mode) was set "
-            f"when the SDK loaded. Unset {LAZY_MODE_VAR} or set it to 0 before the process starts (eager is the "
+            f"torch.compile with backend='hpu_backend' needs eager mode, but {_LAZY_MODE_VAR}=1 (lazy mode) was set "
+            f"when the SDK loaded. Unset {_LAZY_MODE_VAR} or set it to 0 before the process starts (eager is the "
             "default since SDK 1.21), or run the model uncompiled in lazy mode."
         )
 
@@ -76,3 +78,6 @@ def hpu_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any], *
         return compiled(*args)
 
     return run
+
+
+_not_emulated.provide(globals(), "habana_frameworks.torch.dynamo.compile_backend.backends")

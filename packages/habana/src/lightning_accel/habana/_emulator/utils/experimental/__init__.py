@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-from .._generation import GENERATIONS, generation
+from ... import _not_emulated
+from ..._generation import GENERATIONS as _GENERATIONS
+from ..._generation import generation as _generation
 
 __all__ = ["_get_device_type", "_is_fp16_supported", "synDeviceType"]
 
@@ -24,9 +26,12 @@ class synDeviceType(Enum):
 
 def _get_device_type() -> synDeviceType:
     """The generation of the emulated device (``LIGHTNING_ACCEL_EMULATE_HPU_TYPE``, read at SDK load)."""
-    return synDeviceType(GENERATIONS[generation()][1])
+    return synDeviceType(_GENERATIONS[_generation()][1])
 
 
 def _is_fp16_supported() -> bool:
     """Whether float16 is supported: from Gaudi2 on."""
     return _get_device_type() != synDeviceType.synDeviceGaudi
+
+
+_not_emulated.provide(globals(), "habana_frameworks.torch.utils.experimental")

@@ -1,4 +1,11 @@
-"""Device queries of the emulated ``habana_frameworks.torch.hpu``."""
+"""Device queries of the emulated ``habana_frameworks.torch.hpu`` (the SDK's ``hpu/__init__.py``).
+
+"A device is acquired" is modelled as on the SDK: ``init()`` and the queries that call the SDK's ``_lazy_init()``
+(``get_device_name``, ``current_device``, ``synchronize``, the memory statistics; gaudi-pytorch-bridge 1.19.0
+``hpu/__init__.py:54-91,121-154``, ``hpu/memory.py``) open the card, and so does the first tensor placed on it. On
+Gaudi that acquisition picks the module named by ``HLS_MODULE_ID`` (or any free one, by type, when it is unset), so
+it must not happen before the strategy sets that variable; :func:`is_initialized` tells whether it has.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ __all__ = [
     "current_device",
     "device_count",
     "get_device_name",
+    "init",
     "is_available",
     "is_initialized",
     "module_id",
@@ -55,9 +63,41 @@ def is_available() -> bool:
     return True
 
 
+_initialized = False
+_initialized_from: str | None = None
+
+
+def init() -> None:
+    """Open this process's HPU (the SDK's ``_lazy_init``); does nothing once it is open."""
+    _lazy_init("hpu.init()")
+
+
+def _lazy_init(by: str) -> None:
+    global _initialized, _initialized_from
+    if not _initialized:
+        _initialized, _initialized_from = True, by
+        # As the SDK's _lazy_init (hpu/__init__.py:87-91): activation checkpointing's default device becomes "hpu".
+        from torch.utils.checkpoint import DefaultDeviceType
+
+        DefaultDeviceType.set_device_type("hpu")
+
+
 def is_initialized() -> bool:
-    """Always ``True``: the emulated devices need no initialisation."""
-    return True
+    """Whether a query that opens the HPU has run (the SDK's ``_initialized``, set by its ``_lazy_init``)."""
+    return _initialized
+
+
+def acquired_by() -> str | None:
+    """Emulator only (not an SDK name): what opened the HPU first.
+
+    A query such as ``"hpu.get_device_name()"``, or ``"a tensor placed on the HPU"`` (which opens the card on Gaudi
+    without the Python flag of :func:`is_initialized`); ``None`` while nothing has.
+    """
+    if _initialized_from is not None:
+        return _initialized_from
+    from ..device import memory_snapshot
+
+    return "a tensor placed on the HPU" if memory_snapshot(None).num_allocs > 0 else None
 
 
 def device_count() -> int:
@@ -67,6 +107,7 @@ def device_count() -> int:
 
 def get_device_name(device: int | str | torch.device | None = None) -> str:
     """The emulated generation's name (``LIGHTNING_ACCEL_EMULATE_HPU_TYPE``), e.g. ``"GAUDI2 (emulated)"``."""
+    _lazy_init("hpu.get_device_name()")
     if device is not None:
         _check_index(_index_of(device), "device")
     return device_name()
@@ -79,6 +120,7 @@ def current_device() -> int:
     by ``HABANA_VISIBLE_MODULES`` / ``HLS_MODULE_ID``, or :func:`set_device`). Libraries build device names from
     this (DeepSpeed's HPU accelerator: ``f"hpu:{current_device()}"``), so it must name the device the tensors are on.
     """
+    _lazy_init("hpu.current_device()")
     return 0
 
 
@@ -109,8 +151,9 @@ def set_device(device: int | str | torch.device) -> None:
         torch.cuda.set_device(index % torch.cuda.device_count())
 
 
-def synchronize(device: int | str | torch.device | None = None) -> None:
+def synchronize() -> None:
     """Wait for queued work on the backing device; CPU work is already complete when an op returns."""
+    _lazy_init("hpu.synchronize()")
     if backing_type() == "cuda":
         torch.cuda.synchronize()
 

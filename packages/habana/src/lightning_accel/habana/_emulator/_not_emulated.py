@@ -1,0 +1,336 @@
+"""The SDK names the emulator cannot provide honestly, with the reason, and the stand-ins that say so when used.
+
+The SDK's public surface (gaudi-pytorch-bridge 1.19.0, ``python_packages/habana_frameworks/torch/``; the table in
+``packages/habana/tests/data/habana_1_19_api.json``) has names whose work only a Gaudi can do: Synapse graph
+compilation and its tuning switches, TPC/MME kernels, ``hl-smi`` and the runtime's metrics. The emulator does not
+fake them. Each is listed here with the reason:
+
+* a whole module (:data:`MODULES`; a key ``X.*`` covers ``X`` and every module under it): importing it under emulation
+  raises :class:`NotEmulatedModuleError`, an ``ImportError`` (libraries that try such an import and fall back keep
+  working, as they would without the SDK) whose message names the module and the reason;
+* a name of an emulated module (:data:`NAMES`): the module has the name, as the SDK does (``hasattr`` is true), and
+  calling it (or using it as a value) raises :class:`NotEmulatedError` naming it and the reason.
+
+Never an ``AttributeError``: that would read as "the SDK has no such name", which is false.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from types import ModuleType
+from typing import Any, NoReturn
+
+__all__ = ["MODULES", "NAMES", "NotEmulatedError", "NotEmulatedModuleError", "install_finder", "provide"]
+
+SDK = "habana_frameworks.torch"
+EMULATOR = __name__.rpartition(".")[0]
+
+_GRAPH_COMPILER = "Synapse graph compilation (the emulator runs every operation eagerly on its backing device)"
+_KERNELS = "a fused Gaudi (TPC/MME) kernel; the emulator has no Gaudi kernels (use the plain torch operations)"
+_TOOLS = "a debugging or profiling tool of the Gaudi runtime, which the emulator does not have"
+_QUANT = "the SDK's quantization flow, which needs Gaudi's fp8 kernels and calibration"
+
+#: SDK module (or ``prefix.*``) -> why the emulator does not provide it.
+MODULES: dict[str, str] = {
+    f"{SDK}.activity_profiler.*": "the HPU activity profiler reads Gaudi's hardware trace (not emulated)",
+    f"{SDK}.core.hccl": "an empty package of the SDK's C++ HCCL bindings",
+    f"{SDK}.core.observer": _QUANT,
+    f"{SDK}.core.pattern_matcher": _QUANT,
+    f"{SDK}.core.quantization": _QUANT,
+    f"{SDK}.core.quantize_pt2e": _QUANT,
+    f"{SDK}.core.quantizer": _QUANT,
+    f"{SDK}.core.torch_overwrites": "the SDK's wrappers of torch functions; their load effects are reproduced in "
+    "place (docs/emulator.md, what loading the SDK does), the module itself is not",
+    f"{SDK}.core.weight_sharing": "lazy-mode weight sharing between graphs of the Synapse compiler",
+    f"{SDK}.dynamo.compile_backend.*": "a part of the SDK's torch.compile backend other than hpu_backend: "
+    + _GRAPH_COMPILER,
+    f"{SDK}.dynamo.debug_utils.*": _TOOLS,
+    f"{SDK}.dynamo.device_interface": "torch.compile's device interface for Gaudi's graph compiler; the emulator "
+    "compiles for its backing device",
+    f"{SDK}.dynamo.trace_rules": "dynamo trace rules of the SDK's compiled functions: " + _GRAPH_COMPILER,
+    f"{SDK}.dynamo.utils": "helpers of the SDK's graph compiler: " + _GRAPH_COMPILER,
+    f"{SDK}.hpex.kernels.*": _KERNELS,
+    f"{SDK}.hpex.movingavrg.*": _KERNELS,
+    f"{SDK}.hpex.normalization.*": _KERNELS,
+    f"{SDK}.hpex.optimizers.*": "fused Gaudi optimizers (TPC kernels); use torch.optim, or DeepSpeed's FusedAdam, "
+    "which the emulator runs through torch.ops.hpu.optimizer_adamw",
+    f"{SDK}.hpu.metrics.*": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
+    f"{SDK}.internal.*": "internal tools of the SDK (bridge configuration, Synapse recipe recording)",
+    f"{SDK}.low_overhead_profiler.*": _TOOLS,
+    f"{SDK}.media_pyt_bridge": "the Gaudi media pipeline (hardware decoders)",
+    f"{SDK}.profiler.*": _TOOLS,
+    f"{SDK}.utils.debug.*": _TOOLS,
+    f"{SDK}.utils.distributed_utils": "helpers of the SDK's distributed emulation (PT_HPU_EMULATE_DISTRIBUTED)",
+    f"{SDK}.utils.event_dispatcher": _TOOLS,
+    f"{SDK}.utils.experimental.detect_recompilation": "recompilation detection of the SDK's graph compiler: "
+    + _GRAPH_COMPILER,
+    f"{SDK}.utils.experimental.distributed_emulation": "the SDK's own distributed emulation "
+    "(PT_HPU_EMULATE_DISTRIBUTED); the emulated hccl runs real processes",
+    f"{SDK}.utils.lib_utils": "paths of the SDK's compiled libraries",
+    f"{SDK}.utils.profiler": _TOOLS,
+    f"{SDK}.utils.visualization.*": _TOOLS,
+}
+
+_SHAPES = "a switch of Synapse graph compilation: " + _GRAPH_COMPILER
+_HL_SMI = "reads hl-smi / the Gaudi management library, which the emulator does not have"
+
+#: SDK module -> name -> why the emulator does not provide it (the module itself is emulated).
+NAMES: dict[str, dict[str, str]] = {
+    SDK: {
+        "REQUIRED_VERSION_FILE": "the SDK's check of the torch version it was compiled for",
+        "REQUIRED_VERSION_FILE_PATH": "the SDK's check of the torch version it was compiled for",
+        "bc": "the SDK's bridge configuration (internal.bridge_config, a compiled module)",
+        "is_torch_fork": "whether Intel's torch fork is installed (the emulator runs on stock torch)",
+        "lib_to_load": "the name of the SDK's compiled library",
+        "overwrite_torch_optimizers": "replaces torch's Adam/AdamW with the SDK's mark-step variants "
+        "(PT_HPU_REPLACE_ADAM_ADAMW), lazy-mode graph tuning",
+        "run_time_ver": "the SDK's check of the torch version it was compiled for",
+    },
+    f"{SDK}.core": {
+        "add_step_closure": "lazy-mode step closures run by the SDK's graph executor: " + _GRAPH_COMPILER,
+        "iter_mark_step": "lazy-mode step closures run by the SDK's graph executor: " + _GRAPH_COMPILER,
+        "create_and_apply_on_import_wrapper": "an import-order workaround of the SDK's own loading",
+        "htdebug": _TOOLS,
+        "htexp": "the SDK's utils.experimental module under another name (use habana_frameworks.torch.utils"
+        ".experimental)",
+        "hpu_inference_initialize": _QUANT,
+        "hpu_initialize": _QUANT,
+        "hpu_reset_env": _QUANT,
+        "hpu_set_env": _QUANT,
+        "hpu_set_inference_env": _QUANT,
+        "hpu_teardown_inference_env": _QUANT,
+        "import_compilers": "loads the SDK's graph compiler: " + _GRAPH_COMPILER,
+        "import_hpu_partition": "loads the SDK's graph partitioner: " + _GRAPH_COMPILER,
+        "overwrite_capture_pre_autograd_graph": _QUANT,
+        "overwrite_native_pt2e_quantization_interface": _QUANT,
+        "overwrite_torch_functions": "the SDK's wrappers of torch functions; the emulator applies the ones that "
+        "change behaviour when it loads, as the SDK does (docs/emulator.md)",
+    },
+    f"{SDK}.core.step_closure": {
+        "add_step_closure": "lazy-mode step closures run by the SDK's graph executor: " + _GRAPH_COMPILER,
+        "iter_mark_step": "lazy-mode step closures run by the SDK's graph executor: " + _GRAPH_COMPILER,
+        "htcore": "the SDK's compiled core module",
+        "lazy_only": "a decorator of the SDK's lazy-mode functions",
+    },
+    f"{SDK}.hpu": {
+        "BFloat16Tensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
+        "BoolTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
+        "ByteTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
+        "CharTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
+        "DoubleTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
+        "FloatTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
+        "HalfTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
+        "IntTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
+        "LongTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
+        "ShortTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
+        "InvalidMetricDumpFileFormat": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
+        "InvalidMetricDumpTrigger": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
+        "MetricNotFound": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
+        "metric_global": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
+        "metric_localcontext": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
+        "metrics_dump": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
+        "StreamContext": "the SDK's stream context of its C++ stream bindings; use hpu.stream(s)",
+        "can_device_access_peer": "peer access between Gaudi cards (the emulated cards share one backing device)",
+        "disable_const_section_serialization": _SHAPES,
+        "enable_const_section_serialization": _SHAPES,
+        "disable_dynamic_shape": _SHAPES,
+        "enable_dynamic_shape": _SHAPES,
+        "get_dynamic_shape_status": _SHAPES,
+        "disable_inference_mode": _SHAPES,
+        "enable_inference_mode": _SHAPES,
+        "disable_matmul3d_2d_reshape": _SHAPES,
+        "enable_matmul3d_2d_reshape": _SHAPES,
+        "disable_optim_output_sif": _SHAPES,
+        "enable_optim_output_sif": _SHAPES,
+        "disable_quantization": _QUANT,
+        "enable_quantization": _QUANT,
+        "enable_recompute_sdp": "a switch of the fused scaled-dot-product attention kernel: " + _KERNELS,
+        "recompute_sdp_enabled": "a switch of the fused scaled-dot-product attention kernel: " + _KERNELS,
+        "sdp_kernel": "a switch of the fused scaled-dot-product attention kernel: " + _KERNELS,
+        "get_autocast_hpu_dtype": "the SDK's legacy autocast switches of its C++ bindings; use "
+        "torch.autocast('hpu', dtype=...)",
+        "is_autocast_hpu_enabled": "the SDK's legacy autocast switches of its C++ bindings; use "
+        "torch.autocast('hpu', dtype=...)",
+        "set_autocast_hpu_dtype": "the SDK's legacy autocast switches of its C++ bindings; use "
+        "torch.autocast('hpu', dtype=...)",
+        "set_autocast_hpu_enabled": "the SDK's legacy autocast switches of its C++ bindings; use "
+        "torch.autocast('hpu', dtype=...)",
+        "get_device_capability": "the Gaudi card's capability string, read from the card",
+        "get_device_properties": "the Gaudi card's properties, read from the card",
+        "get_stream_info": "the SDK's C++ stream bookkeeping",
+        "memory_summary": "the Gaudi allocator's own summary (use memory_stats, which is emulated)",
+        "memory_usage": _HL_SMI,
+        "utilization": _HL_SMI,
+        "reset_accumulated_memory_stats": "the Gaudi allocator's accumulated counters (NumAllocs and NumFrees are "
+        "counted from the start of the process on the emulator)",
+        "record_stream": "the SDK's stream bookkeeping of its C++ allocator; tensor.record_stream works",
+        "set_stream": "the SDK's C++ stream switch; use hpu.stream(s)",
+        "is_lazy_mode": "a module-level flag of the SDK's streams module; use habana_frameworks.torch.core.is_lazy()",
+        # Lazy mode only (hpu.graphs): graph internals other than the graph APIs the emulator captures.
+        "CachedParams": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "GraphModel": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "TensorPacker": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "copy_to": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "extract_tensors": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "get_tensor_info": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "get_user_input_tensor_list": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "hpu_graph_print": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "htcore": "the SDK's compiled core module",
+        "input_hash": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "stringify": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "wrap_in_hpu_graph_func": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+        "wrapped_hpugraph_forward": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+    },
+    f"{SDK}.hpu.random": {"htcore": "the SDK's compiled core module (_core_C)"},
+    f"{SDK}.distributed.hccl": {
+        "distributed_emulation_apply_if_enabled": "the SDK's own distributed emulation (PT_HPU_EMULATE_DISTRIBUTED); "
+        "the emulated hccl runs real processes",
+        "is_distributed_emulation_enabled": "the SDK's own distributed emulation (PT_HPU_EMULATE_DISTRIBUTED); "
+        "the emulated hccl runs real processes",
+    },
+    f"{SDK}.dynamo": {
+        "HpuInterface": "torch.compile's device interface for Gaudi's graph compiler; the emulator compiles for its "
+        "backing device",
+    },
+    f"{SDK}.dynamo.compile_backend": {
+        "bc": "the SDK's bridge configuration (internal.bridge_config, a compiled module)",
+        "enable_compiled_autograd": "compiled autograd through the SDK's graph compiler: " + _GRAPH_COMPILER,
+    },
+    f"{SDK}.dynamo.compile_backend.backends": {
+        "get_hpu_decompositions": "the SDK's graph compiler's decompositions: " + _GRAPH_COMPILER,
+        "hpu_backend_config": "the SDK's graph compiler's configuration: " + _GRAPH_COMPILER,
+        "import_compilers": "loads the SDK's graph compiler: " + _GRAPH_COMPILER,
+        "import_hpu_partition": "loads the SDK's graph partitioner: " + _GRAPH_COMPILER,
+        "override_composite_ops": "the SDK's graph compiler's decompositions: " + _GRAPH_COMPILER,
+        "logger": "the SDK compile backend's logger",
+    },
+    f"{SDK}.utils.internal": {
+        "Timer": "a timing helper of the SDK's graph compiler",
+        "lazy_only": "a decorator of the SDK's lazy-mode functions",
+        "logger": "the SDK's logger",
+    },
+    f"{SDK}.utils.library_loader": {
+        "load_habana_module": "loads the SDK's compiled libraries (the emulator has none)",
+        "load_habana_profiler": "loads the SDK's compiled profiler library (the emulator has none)",
+    },
+    f"{SDK}.utils.experimental": {
+        "const_shape_dataloader": "pads batches to constant shapes for Synapse graphs: " + _GRAPH_COMPILER,
+        "data_dynamicity": "measures shape dynamicity for Synapse graphs: " + _GRAPH_COMPILER,
+        "detect_recompilation_auto_model": "detects Synapse graph recompilations: " + _GRAPH_COMPILER,
+        "hpu": "the hpu module under another name (use habana_frameworks.torch.hpu)",
+        "htmem": "the hpu.memory module under another name (use habana_frameworks.torch.hpu.memory)",
+    },
+}
+
+
+class NotEmulatedError(NotImplementedError):
+    """An SDK name was used that the emulator does not provide; the message names it and says why."""
+
+
+class NotEmulatedModuleError(ImportError):
+    """An SDK module was imported that the emulator does not provide; the message names it and says why."""
+
+
+def _message(name: str, reason: str) -> str:
+    return (
+        f"{name} is not emulated: {reason}. It exists in the Gaudi SDK and works on Gaudi hardware; the software "
+        "emulator (LIGHTNING_ACCEL_EMULATE=hpu) cannot reproduce it, so it refuses rather than pretend. Run this on a "
+        "Gaudi, or leave the call out when emulated (docs/emulator.md lists what is not emulated)."
+    )
+
+
+def module_reason(sdk_module: str) -> str | None:
+    """Why ``sdk_module`` is not emulated, or ``None`` when it is (or is not an SDK module the table knows)."""
+    if sdk_module in MODULES:
+        return MODULES[sdk_module]
+    parts = sdk_module.split(".")
+    for end in range(len(parts), 0, -1):
+        reason = MODULES.get(".".join(parts[:end]) + ".*")
+        if reason is not None:
+            return reason
+    return None
+
+
+class _NotEmulatedValue:
+    """The stand-in of a value the emulator does not provide: any use raises :class:`NotEmulatedError`."""
+
+    def __init__(self, qualname: str, reason: str) -> None:
+        object.__setattr__(self, "_qualname", qualname)
+        object.__setattr__(self, "_reason", reason)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise NotEmulatedError(
+            _message(object.__getattribute__(self, "_qualname"), object.__getattribute__(self, "_reason"))
+        )
+
+    __call__ = _refuse
+    __getattr__ = _refuse
+    __iter__ = _refuse
+    __bool__ = _refuse
+    __int__ = _refuse
+    __index__ = _refuse
+    __len__ = _refuse
+
+    def __repr__(self) -> str:
+        return f"<not emulated: {object.__getattribute__(self, '_qualname')}>"
+
+
+def _stand_in(qualname: str, reason: str) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> NoReturn:
+        raise NotEmulatedError(_message(qualname, reason))
+
+    refuse.__name__ = qualname.rpartition(".")[2]
+    refuse.__qualname__ = refuse.__name__
+    refuse.__doc__ = f"Not emulated: {reason}."
+    refuse.__not_emulated__ = reason  # type: ignore[attr-defined]  # how the API-table test tells stand-ins apart
+    return refuse
+
+
+def stand_in(sdk_module: str, name: str) -> Any:
+    """The object that stands for ``sdk_module.name`` in the emulator: it raises when used."""
+    return _stand_in(f"{sdk_module}.{name}", NAMES[sdk_module][name])
+
+
+def provide(
+    namespace: dict[str, Any], sdk_module: str, names: tuple[str, ...] | None = None, listed_in: str | None = None
+) -> None:
+    """Put the stand-ins of ``sdk_module``'s not-emulated names (or of ``names`` among them) into ``namespace``.
+
+    ``listed_in`` names the module whose list gives the reasons, when ``sdk_module`` re-exports them (the SDK's
+    ``hpu`` star-imports ``hpu.memory`` and ``hpu.streams``).
+    """
+    listed = NAMES[listed_in or sdk_module] if (listed_in or sdk_module) in NAMES else {}
+    for name in names if names is not None else tuple(listed):
+        namespace[name] = _stand_in(f"{sdk_module}.{name}", listed[name])
+
+
+class _RefusingLoader(importlib.abc.Loader):
+    def __init__(self, sdk_module: str, reason: str) -> None:
+        self.sdk_module, self.reason = sdk_module, reason
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        raise NotEmulatedModuleError(_message(self.sdk_module, self.reason), name=self.sdk_module)
+
+
+class _NotEmulatedFinder(importlib.abc.MetaPathFinder):
+    """Answers the emulator's name of a not-emulated SDK module with a module whose import refuses, saying why."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(EMULATOR + "."):
+            return None
+        sdk_module = SDK + fullname[len(EMULATOR) :]
+        reason = module_reason(sdk_module)
+        if reason is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _RefusingLoader(sdk_module, reason), is_package=True)
+
+
+def install_finder() -> None:
+    """Make imports of not-emulated SDK modules fail with :class:`NotEmulatedModuleError` (once per process)."""
+    if not any(isinstance(finder, _NotEmulatedFinder) for finder in sys.meta_path):
+        sys.meta_path.append(_NotEmulatedFinder())
