@@ -27,9 +27,6 @@ TABLE: dict[str, dict[str, Any]] = json.loads((DATA / "habana_1_19_api.json").re
 SDK = "habana_frameworks.torch"
 EMULATOR = "lightning_accel.habana._emulator"
 TE = f"{SDK}.hpex.experimental.transformer_engine"
-# NAME=fp8 brings the emulated Transformer Engine to the 1.18 surface (issue 22, item 1); until then the table
-# reports its mismatches, and this mark turns into an error the moment they are gone (strict).
-TE_PENDING = pytest.mark.xfail(strict=True, reason="the emulated Transformer Engine is not yet the 1.18 surface")
 # NAME=speed / NAME=classes own hpu/graphs.py and hpu/_graph_cache.py (issue 22, item 6): the module must gain the
 # SDK's names (ModuleCacher, wrap_in_hpu_graph, and stand-ins for the cache internals) and lose its own public
 # helpers (backing_type, unwrap, Recorder, Recording, refuse_compiled, graph_autograd). Strict: fixing it fails here.
@@ -139,7 +136,7 @@ def _emulated_modules() -> list[Any]:
     for module in TABLE:
         if not _is_real_module(EMULATOR + module[len(SDK) :]):
             continue  # refused by name, or missing: test_every_sdk_module_is_emulated_or_refused_by_name says which
-        marks = [GRAPHS_PENDING] if module == f"{SDK}.hpu.graphs" else _te_pending(module, TE_NAMES_PENDING)
+        marks = [GRAPHS_PENDING] if module == f"{SDK}.hpu.graphs" else []
         found.append(pytest.param(module, marks=marks, id=module))
     return found
 
@@ -154,31 +151,7 @@ def test_the_table_is_bridge_1_19s() -> None:
     assert hpu["HPUGraph"].get("lazy_only") and not hpu["synchronize"].get("lazy_only")
 
 
-# What the emulated Transformer Engine lacks today: modules, and modules whose names differ from 1.18's.
-TE_MODULES_PENDING = {
-    f"{TE}.{m}"
-    for m in (
-        "constants",
-        "cpp_extensions",
-        "cpp_extensions.activation",
-        "cpp_extensions.cast",
-        "cpp_extensions.gemm",
-        "distributed",
-        "module.attention",
-        "module.base",
-        "module.linear",
-        "numerics_debug",
-        "utils",
-    )
-}
-TE_NAMES_PENDING = {TE, f"{TE}.fp8", f"{TE}.module"}
-
-
-def _te_pending(module: str, pending: set[str] = TE_MODULES_PENDING) -> list[Any]:
-    return [TE_PENDING] if module in pending else []
-
-
-@pytest.mark.parametrize("module", [pytest.param(m, marks=_te_pending(m), id=m) for m in TABLE])
+@pytest.mark.parametrize("module", list(TABLE))
 def test_every_sdk_module_is_emulated_or_refused_by_name(module: str) -> None:
     reason = _not_emulated().module_reason(module)
     name = EMULATOR + module[len(SDK) :]

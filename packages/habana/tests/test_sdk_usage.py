@@ -37,8 +37,6 @@ KNOWN = {
     "habana_frameworks.torch.hpu.reset_max_memory_allocated": "called by upstream DeepSpeed's and Intel's fork's "
     "HPU_Accelerator.reset_max_memory_allocated (only from see_memory_usage(force=True)); the SDK has no such "
     "function, so it fails on Gaudi, and on the emulator (issue 22, row 11)",
-    "habana_frameworks.torch.hpex.experimental.transformer_engine.fp8.is_fp8_available": "called by our _fp8.py; "
-    "1.18 has it only as FP8GlobalStateManager.is_fp8_available() (issue 22, item 1: NAME=fp8 replaces the call)",
     "habana_frameworks.torch.hpex.kernels.Fp8Ops": "used by optimum-habana (2026); not in the public 1.19 bridge, so "
     "from a 1.20+ SDK whose Python is not published: unknown here",
 }

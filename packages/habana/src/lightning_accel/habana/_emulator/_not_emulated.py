@@ -31,6 +31,10 @@ _GRAPH_COMPILER = "Synapse graph compilation (the emulator runs every operation 
 _KERNELS = "a fused Gaudi (TPC/MME) kernel; the emulator has no Gaudi kernels (use the plain torch operations)"
 _TOOLS = "a debugging or profiling tool of the Gaudi runtime, which the emulator does not have"
 _QUANT = "the SDK's quantization flow, which needs Gaudi's fp8 kernels and calibration"
+_FUSED_ATTENTION = (
+    "the Transformer Engine's FusedAttention runs the SDK's fused fp8 attention kernel (hpex.kernels), which the "
+    "emulator does not have"
+)
 
 #: SDK module (or ``prefix.*``) -> why the emulator does not provide it.
 MODULES: dict[str, str] = {
@@ -52,6 +56,7 @@ MODULES: dict[str, str] = {
     f"{SDK}.dynamo.trace_rules": "dynamo trace rules of the SDK's compiled functions: " + _GRAPH_COMPILER,
     f"{SDK}.dynamo.utils": "helpers of the SDK's graph compiler: " + _GRAPH_COMPILER,
     f"{SDK}.hpex.kernels.*": _KERNELS,
+    f"{SDK}.hpex.experimental.transformer_engine.module.attention": _FUSED_ATTENTION,
     f"{SDK}.hpex.movingavrg.*": _KERNELS,
     f"{SDK}.hpex.normalization.*": _KERNELS,
     f"{SDK}.hpex.optimizers.*": "fused Gaudi optimizers (TPC kernels); use torch.optim, or DeepSpeed's FusedAdam, "
@@ -221,6 +226,11 @@ NAMES: dict[str, dict[str, str]] = {
         "detect_recompilation_auto_model": "detects Synapse graph recompilations: " + _GRAPH_COMPILER,
         "hpu": "the hpu module under another name (use habana_frameworks.torch.hpu)",
         "htmem": "the hpu.memory module under another name (use habana_frameworks.torch.hpu.memory)",
+    },
+    f"{SDK}.hpex.experimental.transformer_engine": {"FusedAttention": _FUSED_ATTENTION},
+    f"{SDK}.hpex.experimental.transformer_engine.module": {"FusedAttention": _FUSED_ATTENTION},
+    f"{SDK}.hpex.experimental.transformer_engine.module.linear": {
+        "tex": "the SDK's compiled Transformer Engine extension (_hpex_C), Gaudi kernels"
     },
 }
 

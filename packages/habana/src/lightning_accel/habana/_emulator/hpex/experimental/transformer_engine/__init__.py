@@ -34,3 +34,9 @@ from .fp8 import fp8_autocast
 from .module import Linear
 
 __all__ = ["Linear", "checkpoint", "fp8_autocast"]
+
+
+# The SDK's FusedAttention needs its fused fp8 attention kernel: the name is here and refuses when used.
+from ...._not_emulated import provide as _provide
+
+_provide(globals(), "habana_frameworks.torch.hpex.experimental.transformer_engine")
