@@ -206,7 +206,7 @@ def ray_tests(session: nox.Session) -> None:
     install_base(session, "habana", "deepspeed-hpu")
     session.install(TORCH, "-e", f"{PACKAGES['habana']}[ray]")  # torch pinned in the same command: pip keeps it
     # Every test starts a Ray cluster whose two workers use both cores: one test at a time.
-    session.run("pytest", "packages/habana/tests/ray", *session.posargs, env={"LIGHTNING_ACCEL_REQUIRE_RAY": "1"})
+    session.run("pytest", "packages/habana/tests/on_ray", *session.posargs, env={"LIGHTNING_ACCEL_REQUIRE_RAY": "1"})
 
 
 @nox.session(python=PYTHON)
