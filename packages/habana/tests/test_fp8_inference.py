@@ -120,6 +120,22 @@ def test_measurements_are_written_where_asked_and_reused_by_another_model(
     torch.testing.assert_close(_logits(other, fresh, val), _logits(plugin, measured, val), rtol=0, atol=0)
 
 
+def test_one_process_under_a_launchers_rank_variables_measures_and_quantizes(
+    trained: tuple[Any, Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torchrun or SLURM with one process: LOCAL_RANK and WORLD_SIZE are set, no process group runs. INC 3.7.1 alone
+    # reads them as strings there and fails comparing them with 0.
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    model, val = copy.deepcopy(trained[0]), trained[2]
+    plugin = HPUPrecisionPlugin("fp8")
+    plugin.convert_modules(model, inference=True, quant=False, fp8_data_path=tmp_path)
+    _trainer(plugin).predict(model, val)
+    plugin.convert_modules(model, inference=True, quant=True, fp8_data_path=tmp_path)
+    assert _logits(plugin, model, val).shape == (len(val.dataset), 10)
+    assert (tmp_path / "inc_output" / "measure_hooks_maxabs.npz").is_file()
+
+
 def test_a_quantization_without_measurements_is_a_clear_error(tmp_path: Path) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(8, 4))
     with pytest.raises(

@@ -31,10 +31,11 @@ runs.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -160,10 +161,12 @@ def convert(module: torch.nn.Module, quant: Any, fp8_data_path: str | os.PathLik
             "blocklist, ...)."
         ) from exc
     if config.measure:
-        inc.prepare(module, config)
+        with _no_launcher_ranks():
+            inc.prepare(module, config)
         return True
     try:
-        inc.convert(module, config)
+        with _no_launcher_ranks():
+            inc.convert(module, config)
     except FileNotFoundError as exc:
         folder = Path(config_dict["dump_stats_path"]).parent
         raise ConfigurationError(
@@ -177,7 +180,27 @@ def convert(module: torch.nn.Module, quant: Any, fp8_data_path: str | os.PathLik
 
 def finalize_calibration(module: torch.nn.Module) -> None:
     """Write the measurements of a module prepared with ``quant=False`` (INC's ``finalize_calibration``)."""
-    _quantization().finalize_calibration(module)
+    with _no_launcher_ranks():
+        _quantization().finalize_calibration(module)
+
+
+@contextlib.contextmanager
+def _no_launcher_ranks() -> Iterator[None]:
+    """Hide a launcher's ``LOCAL_RANK``/``WORLD_SIZE`` from INC while no process group runs.
+
+    Without a process group INC 3.7.1 takes them from the environment as strings and compares them with 0
+    (``fp8_quant/prepare_quant/prepare_model.py:37-46``, ``_quant_common/quant_config.py:173``): a TypeError in a
+    one-process run under torchrun or SLURM. fp8 inference runs in one process, so INC is shown none, as without a
+    launcher; with a process group INC asks ``torch.distributed`` itself.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        yield
+        return
+    hidden = {name: os.environ.pop(name) for name in ("LOCAL_RANK", "WORLD_SIZE") if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
 
 
 class InferenceRun:
