@@ -76,11 +76,28 @@ class CaseResult:
 
 
 @cache
-def all_ops() -> dict[str, Any]:
-    """Every OpInfo of torch's ``op_db`` by its full name (``name`` or ``name.variant``)."""
+def _torch_testing() -> tuple[Any, Any]:
+    """torch's ``op_db`` and ``toleranceOverride``, imported with torch's global backend flags left as they were.
+
+    ``torch.testing._internal.common_utils`` freezes them when it is imported
+    (``torch.backends.disable_global_flags()``, for torch's own suite); every later ``Trainer`` of this process sets
+    ``torch.backends.cudnn.benchmark`` and would fail with "not allowed to set torch.backends.cudnn flags", so the flag
+    is thawed again.
+    """
+    frozen = torch.backends.flags_frozen()
+    from torch.testing._internal.common_device_type import toleranceOverride
     from torch.testing._internal.common_methods_invocations import op_db
 
-    return {op.full_name: op for op in op_db}
+    if not frozen:
+        # The flag lives in the globals of torch/backends/__init__.py, which disable_global_flags() rebinds.
+        torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
+    return op_db, toleranceOverride
+
+
+@cache
+def all_ops() -> dict[str, Any]:
+    """Every OpInfo of torch's ``op_db`` by its full name (``name`` or ``name.variant``)."""
+    return {op.full_name: op for op in _torch_testing()[0]}
 
 
 def dtypes_of(op: Any) -> list[str]:
@@ -145,8 +162,7 @@ class Mismatch(AssertionError):
 
 def _tolerances(op: Any, dtype: torch.dtype) -> tuple[float, float] | None:
     """The largest tolerance override the OpInfo declares for ``dtype`` on the CPU (``None``: torch's defaults)."""
-    from torch.testing._internal.common_device_type import toleranceOverride
-
+    toleranceOverride = _torch_testing()[1]
     best: tuple[float, float] | None = None
     for info in op.decorators:
         if getattr(info, "device_type", None) not in (None, "cpu"):

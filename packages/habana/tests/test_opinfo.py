@@ -130,3 +130,12 @@ def test_known_failures(group: dict[str, Any], record_property: Any) -> None:
         f"{TABLE.name}"
     )
     raise KnownFailure(_describe(results))
+
+
+def test_loading_the_operator_database_leaves_a_trainer_working() -> None:
+    # torch's test utilities freeze torch.backends' flags when imported; every later Trainer of this worker sets
+    # cudnn.benchmark, so a frozen flag would fail the rest of the habana suite, test by test.
+    from lightning.pytorch import Trainer
+
+    assert all_ops()
+    Trainer(accelerator="hpu", devices=1, benchmark=True, logger=False, enable_checkpointing=False)
