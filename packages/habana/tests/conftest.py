@@ -86,3 +86,14 @@ def _rank_zero_restored() -> Iterator[None]:
     rank = getattr(rank_zero_only, "rank", 0)
     yield
     rank_zero_only.rank = rank  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    # An in-process test that sets up a rank or a card leaves its variables behind (the SDK's set_device writes
+    # HLS_MODULE_ID, Lightning's environments RANK and LOCAL_RANK); the processes of later tests in this worker must
+    # not inherit them (CI saw two DDP ranks both given module 3 this way).
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
