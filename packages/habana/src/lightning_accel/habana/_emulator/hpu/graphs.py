@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from .._backing import backing_type
-from ..device import unwrap
+from .._device import unwrap
 from ._recorder import Recorder, Recording
 
 __all__ = [
