@@ -27,10 +27,6 @@ TABLE: dict[str, dict[str, Any]] = json.loads((DATA / "habana_1_19_api.json").re
 SDK = "habana_frameworks.torch"
 EMULATOR = "lightning_accel.habana._emulator"
 TE = f"{SDK}.hpex.experimental.transformer_engine"
-# NAME=speed / NAME=classes own hpu/graphs.py and hpu/_graph_cache.py (issue 22, item 6): the module must gain the
-# SDK's names (ModuleCacher, wrap_in_hpu_graph, and stand-ins for the cache internals) and lose its own public
-# helpers (backing_type, unwrap, Recorder, Recording, refuse_compiled, graph_autograd). Strict: fixing it fails here.
-GRAPHS_PENDING = pytest.mark.xfail(strict=True, reason="hpu.graphs still has emulator helpers as public names")
 
 
 def _is_real_module(name: str) -> bool:
@@ -133,8 +129,7 @@ def _emulated_modules() -> list[Any]:
     for module in TABLE:
         if not _is_real_module(EMULATOR + module[len(SDK) :]):
             continue  # refused by name, or missing: test_every_sdk_module_is_emulated_or_refused_by_name says which
-        marks = [GRAPHS_PENDING] if module == f"{SDK}.hpu.graphs" else []
-        found.append(pytest.param(module, marks=marks, id=module))
+        found.append(pytest.param(module, id=module))
     return found
 
 
