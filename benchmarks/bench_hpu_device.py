@@ -1,4 +1,4 @@
-"""The emulated "hpu" torch device (lightning_accel.habana._emulator.device) against stock CPU tensors.
+"""The emulated "hpu" torch device (lightning_accel.habana._emulator._device) against stock CPU tensors.
 
 Two measurements, both in one process with 1 torch thread:
 
@@ -46,7 +46,7 @@ os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "hpu")
 import torch
 import torch.nn.functional as F
 
-from lightning_accel.habana._emulator.device import install
+from lightning_accel.habana._emulator._device import install
 
 RESULTS = Path(__file__).parent / "results"
 SIZES = {"tiny": (256, 16), "compute-bound": (2048, 256)}

@@ -234,7 +234,7 @@ def test_a_free_the_garbage_collector_runs_inside_the_accounting_does_not_deadlo
     import gc
     import threading
 
-    from lightning_accel.habana._emulator.device._accounting import allocations
+    from lightning_accel.habana._emulator._device._accounting import allocations
 
     sdk.ht_module()
     finished = threading.Event()

@@ -481,7 +481,7 @@ def test_views_made_in_the_capture_follow_the_replayed_data() -> None:
 
 @pytest.mark.emulator_only
 def test_a_replay_runs_on_the_backing_tensors_without_the_device_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning_accel.habana._emulator.device import HPUTensor
+    from lightning_accel.habana._emulator._device import HPUTensor
 
     net, optimizer = _hpu_step_model()
     static_x = torch.randn(BATCH, 16, device="hpu")

@@ -72,7 +72,7 @@ def _items() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module", autouse=True)
 def _device() -> Iterator[None]:
-    from lightning_accel.habana._emulator.device import install
+    from lightning_accel.habana._emulator._device import install
 
     install()
     yield

@@ -27,13 +27,6 @@ TABLE: dict[str, dict[str, Any]] = json.loads((DATA / "habana_1_19_api.json").re
 SDK = "habana_frameworks.torch"
 EMULATOR = "lightning_accel.habana._emulator"
 TE = f"{SDK}.hpex.experimental.transformer_engine"
-# NAME=speed / NAME=classes own hpu/graphs.py and hpu/_graph_cache.py (issue 22, item 6): the module must gain the
-# SDK's names (ModuleCacher, wrap_in_hpu_graph, and stand-ins for the cache internals) and lose its own public
-# helpers (backing_type, unwrap, Recorder, Recording, refuse_compiled, graph_autograd). Strict: fixing it fails here.
-GRAPHS_PENDING = pytest.mark.xfail(strict=True, reason="hpu.graphs still has emulator helpers as public names")
-# The emulated torch device layer is NAME=conf's package `device`, a public name the SDK does not have; it is to
-# become `_device`. Until then it is the one module allowed here.
-PENDING_MODULES = {f"{SDK}.device": "NAME=conf's device layer, to be renamed _device"}
 
 
 def _is_real_module(name: str) -> bool:
@@ -136,8 +129,7 @@ def _emulated_modules() -> list[Any]:
     for module in TABLE:
         if not _is_real_module(EMULATOR + module[len(SDK) :]):
             continue  # refused by name, or missing: test_every_sdk_module_is_emulated_or_refused_by_name says which
-        marks = [GRAPHS_PENDING] if module == f"{SDK}.hpu.graphs" else []
-        found.append(pytest.param(module, marks=marks, id=module))
+        found.append(pytest.param(module, id=module))
     return found
 
 
@@ -189,7 +181,7 @@ def test_the_emulator_has_no_module_the_sdk_lacks() -> None:
         sdk_name = SDK + relative
         # A package of the SDK without an __init__.py (a namespace package) is not in the table but is importable.
         namespace = any(module.startswith(sdk_name + ".") for module in TABLE)
-        if sdk_name not in TABLE and not namespace and sdk_name not in PENDING_MODULES:
+        if sdk_name not in TABLE and not namespace:
             extra.append(sdk_name)
     assert not extra, f"the emulator has modules the SDK does not: {extra}"
 

@@ -79,6 +79,10 @@ MODULES: dict[str, str] = {
 }
 
 _SHAPES = "a switch of Synapse graph compilation: " + _GRAPH_COMPILER
+_GRAPH_CACHE = (
+    "an internal of the SDK's own HPU graph caches (ModuleCacher, wrap_in_hpu_graph); the emulator builds its caches "
+    "differently (graphs keyed by input signature) and has no such object"
+)
 _HL_SMI = "reads hl-smi / the Gaudi management library, which the emulator does not have"
 
 #: SDK module -> name -> why the emulator does not provide it (the module itself is emulated).
@@ -173,20 +177,14 @@ NAMES: dict[str, dict[str, str]] = {
         "record_stream": "the SDK's stream bookkeeping of its C++ allocator; tensor.record_stream works",
         "set_stream": "the SDK's C++ stream switch; use hpu.stream(s)",
         "is_lazy_mode": "a module-level flag of the SDK's streams module; use habana_frameworks.torch.core.is_lazy()",
-        # Lazy mode only (hpu.graphs): graph internals other than the graph APIs the emulator captures.
-        "CachedParams": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "GraphModel": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "TensorPacker": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "copy_to": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "extract_tensors": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "get_tensor_info": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "get_user_input_tensor_list": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "hpu_graph_print": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "htcore": "the SDK's compiled core module",
-        "input_hash": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "stringify": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "wrap_in_hpu_graph_func": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
-        "wrapped_hpugraph_forward": "an internal of the SDK's HPU graph cache: " + _GRAPH_COMPILER,
+    },
+    f"{SDK}.hpu.graphs": {
+        "CachedParams": _GRAPH_CACHE,
+        "GraphModel": _GRAPH_CACHE,
+        "TensorPacker": _GRAPH_CACHE,
+        "wrapped_hpugraph_forward": "the per-call body of the SDK's wrap_in_hpu_graph over a dict of CachedParams; "
+        "the emulated wrap_in_hpu_graph and wrap_in_hpu_graph_func replay graphs from caches of their own",
+        "hpu_graph_print": "writes to the SDK's C++ HPU-graph log (PT_HPUGRAPH_DEBUG, from utils.debug): " + _TOOLS,
     },
     f"{SDK}.hpu.random": {"htcore": "the SDK's compiled core module (_core_C)"},
     f"{SDK}.distributed.hccl": {

@@ -6,9 +6,10 @@ and their parameters are the SDK's (gaudi-pytorch-bridge 1.19.0 ``hpu/__init__.p
 Gaudi can serve (graph-compiler switches, ``hl-smi`` readings, metrics) refuse with the reason when used
 (``.._not_emulated``).
 
-The HPU graph APIs (``HPUGraph``, ``graph``, ``make_graphed_callables``, ``ModuleCacher``, ``wrap_in_hpu_graph``)
-are exported only in lazy mode, as the SDK does (``if is_lazy(): from .graphs import *``, ``hpu/__init__.py:45-46``);
-in the default eager mode they are absent and using them is an ``AttributeError``. The mode is decided when the SDK
+The HPU graph APIs (every public name of ``graphs``: ``HPUGraph``, ``graph``, ``make_graphed_callables``,
+``ModuleCacher``, ``wrap_in_hpu_graph`` ...) are exported only in lazy mode, as the SDK does (``if is_lazy(): from
+.graphs import *``, ``hpu/__init__.py:45-46``); in the default eager mode they are absent and using them is an
+``AttributeError``. The mode is decided when the SDK
 loads (see ``core``).
 """
 
@@ -21,7 +22,7 @@ from typing import Any, Literal
 
 from .. import _not_emulated
 from ..utils.internal import is_lazy
-from . import _graph_cache, graphs, random
+from . import graphs, random
 from ._devices import (
     HABANA_VISIBLE_MODULES_VAR,
     HLS_MODULE_ID_VAR,
@@ -150,32 +151,9 @@ def getDeterministic() -> bool:
     return _deterministic
 
 
+# The SDK's `from .graphs import *`: every public name of graphs, the emulated ones and the stand-ins of the rest.
 _GRAPH_API: dict[str, Any] = {
-    "HPUGraph": graphs.HPUGraph,
-    "graph": graphs.graph,
-    "is_current_stream_capturing": graphs.is_current_stream_capturing,
-    "make_graphed_callables": graphs.make_graphed_callables,
-    "ModuleCacher": _graph_cache.ModuleCacher,
-    "wrap_in_hpu_graph": _graph_cache.wrap_in_hpu_graph,
-    # The rest of the SDK's `from .graphs import *`: internals of its graph cache, which refuse by name.
-    **{
-        name: _not_emulated.stand_in(_SDK, name)
-        for name in (
-            "CachedParams",
-            "GraphModel",
-            "TensorPacker",
-            "copy_to",
-            "extract_tensors",
-            "get_tensor_info",
-            "get_user_input_tensor_list",
-            "hpu_graph_print",
-            "htcore",
-            "input_hash",
-            "stringify",
-            "wrap_in_hpu_graph_func",
-            "wrapped_hpugraph_forward",
-        )
-    },
+    name: getattr(graphs, name) for name in (*graphs.__all__, *_not_emulated.NAMES[graphs._SDK])
 }
 
 

@@ -95,7 +95,7 @@ def acquired_by() -> str | None:
     """
     if _initialized_from is not None:
         return _initialized_from
-    from ..device import memory_snapshot
+    from .._device import memory_snapshot
 
     return "a tensor placed on the HPU" if memory_snapshot(None).num_allocs > 0 else None
 

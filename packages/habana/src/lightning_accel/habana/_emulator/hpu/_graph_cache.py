@@ -1,26 +1,27 @@
-"""Graph caches keyed by input signature: the emulated ``ModuleCacher`` and ``wrap_in_hpu_graph``.
+"""Graph caches keyed by input signature: the emulated ``ModuleCacher``, ``wrap_in_hpu_graph``, its function form.
 
 Neither evicts, as on the SDK (gaudi-pytorch-bridge 1.19.0, ``habana_frameworks/torch/hpu/graphs.py``): once
 ``max_graphs`` graphs are cached, a call with a new signature runs the original forward uncaptured
 (``wrapped_hpugraph_forward``: ``if max_graphs is not None and len(cache) == max_graphs: return orig_fwd(...)``;
 ``ModuleCacher.forward`` inserts only while ``len(self.model_dict) < self.max_graphs`` and otherwise counts an uncached
-hit). The graphs cached first stay until ``module.clear_cache()`` (``wrap_in_hpu_graph`` only; ``ModuleCacher`` has no
-way to drop them).
+hit). The graphs cached first stay until ``module.clear_cache()`` (``wrap_in_hpu_graph`` only; ``ModuleCacher`` and
+``wrap_in_hpu_graph_func`` have no way to drop them).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .graphs import HPUGraph, graph, graph_autograd, refuse_compiled
+from ._graphed_callables import graph_autograd
+from ._hpu_graph import HPUGraph, graph, refuse_compiled
 
-__all__ = ["ModuleCacher", "signature", "wrap_in_hpu_graph"]
+__all__ = ["ModuleCacher", "signature", "wrap_in_hpu_graph", "wrap_in_hpu_graph_func"]
 
 
 def signature(leaves: list[Any], spec: Any) -> Hashable:
@@ -210,6 +211,54 @@ class _ForwardGraph:
         return self.outputs
 
 
+def _graphed_forward(
+    original: Callable[..., Any],
+    cache: dict[Hashable, _ForwardGraph],
+    max_graphs: int | None,
+    parameters: Callable[[], Iterable[torch.Tensor]],
+) -> Callable[..., Any]:
+    """``original`` behind a cache of forward graphs, one per input signature (the body of both wrap functions)."""
+    # Signatures whose capture computed with tensors that require grad: a forward-only graph cannot be differentiated.
+    differentiable: set[Hashable] = set()
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        # The SDK's keyword arguments for the graph, never passed on (bridge 1.19.0 hpu/graphs.py:583-592).
+        warmup_mode = kwargs.pop("warmup_mode", False)
+        if kwargs.pop("bypass_hpu_graphs", False):
+            return original(*args, **kwargs)
+        # The tensors to keep with disable_tensor_cache: the emulated graphs keep all of their tensors.
+        kwargs.pop("cache_tensors_list", None)
+        leaves, spec = tree_flatten((args, kwargs))
+        grad = torch.is_grad_enabled()
+        if grad and (
+            any(p.requires_grad for p in parameters())
+            or any(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in leaves)
+        ):
+            return original(*args, **kwargs)
+        key = signature(leaves, spec)
+        if grad and key in differentiable:
+            return original(*args, **kwargs)
+        entry = cache.get(key)
+        if entry is not None:
+            if warmup_mode:
+                # As the SDK: a warm-up call marks the step and returns the graph's outputs without replaying it.
+                from ..core import mark_step  # the core imports this package
+
+                mark_step()
+                return entry.outputs
+            return entry(leaves)
+        if max_graphs is not None and len(cache) == max_graphs:
+            return original(*args, **kwargs)
+        entry = _ForwardGraph(original, leaves, spec)
+        if grad and any(t.requires_grad for t in tree_flatten(entry.outputs)[0] if isinstance(t, torch.Tensor)):
+            differentiable.add(key)
+        else:
+            cache[key] = entry
+        return entry.outputs
+
+    return forward
+
+
 def wrap_in_hpu_graph(
     module: torch.nn.Module,
     asynchronous: bool = False,
@@ -223,9 +272,10 @@ def wrap_in_hpu_graph(
     captured inputs and replay. The returned tensors are the graph's static outputs, overwritten by the next call
     with the same signature. Calls that need autograd (gradients enabled and a parameter or input requiring grad)
     run the original forward, since a forward-only graph cannot be differentiated; ``bypass_hpu_graphs=True`` does
-    too. Once ``max_graphs`` graphs are cached, a call with a new signature runs the original forward, uncaptured, as
-    on the SDK: nothing is evicted. ``module.clear_cache()`` drops the graphs, ``module.clear_inputs()`` calls each
-    graph's ``clear_inputs()``.
+    too, and ``warmup_mode=True`` returns a captured graph's outputs without replaying it, as on the SDK. Once
+    ``max_graphs`` graphs are cached, a call with a new signature runs the original forward, uncaptured, as on the
+    SDK: nothing is evicted. ``module.clear_cache()`` drops the graphs, ``module.clear_inputs()`` calls each graph's
+    ``clear_inputs()``.
 
     Args:
         module: The module whose ``forward`` is wrapped (in place).
@@ -237,6 +287,11 @@ def wrap_in_hpu_graph(
     Raises:
         TypeError: When ``module`` is not an ``nn.Module``.
         RuntimeError: When ``module`` was compiled with ``torch.compile``.
+
+    Example:
+        >>> model = wrap_in_hpu_graph(model.eval())  # doctest: +SKIP
+        >>> with torch.no_grad():  # doctest: +SKIP
+        ...     out = model(batch)  # captured the first time, replayed after
     """
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"wrap_in_hpu_graph(module=...) needs a torch.nn.Module, got {type(module).__name__}.")
@@ -244,25 +299,7 @@ def wrap_in_hpu_graph(
     _check_max_graphs(max_graphs, "wrap_in_hpu_graph", allow_none=True)
     cache: dict[Hashable, _ForwardGraph] = {}
     original = module.forward
-
-    @functools.wraps(original)
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.pop("bypass_hpu_graphs", False):
-            return original(*args, **kwargs)
-        leaves, spec = tree_flatten((args, kwargs))
-        if torch.is_grad_enabled() and (
-            any(p.requires_grad for p in module.parameters())
-            or any(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in leaves)
-        ):
-            return original(*args, **kwargs)
-        key = signature(leaves, spec)
-        entry = cache.get(key)
-        if entry is not None:
-            return entry(leaves)
-        if max_graphs is not None and len(cache) == max_graphs:
-            return original(*args, **kwargs)
-        entry = cache[key] = _ForwardGraph(original, leaves, spec)
-        return entry.outputs
+    forward = functools.wraps(original)(_graphed_forward(original, cache, max_graphs, module.parameters))
 
     def clear_inputs() -> None:
         for entry in cache.values():
@@ -272,3 +309,39 @@ def wrap_in_hpu_graph(
     object.__setattr__(module, "clear_inputs", clear_inputs)
     object.__setattr__(module, "clear_cache", cache.clear)
     return module
+
+
+def wrap_in_hpu_graph_func(
+    func: Callable[..., Any],
+    asynchronous: bool = False,
+    disable_tensor_cache: bool = False,
+    dry_run: bool = False,
+    max_graphs: int | None = None,
+) -> Callable[..., Any]:
+    """A function that runs ``func`` as HPU graphs, one per input signature (``wrap_in_hpu_graph`` for a function).
+
+    The same cache as :func:`wrap_in_hpu_graph`, returned as a new function (``func`` is not changed): the first call
+    with a signature captures and executes ``func``, later ones replay into the same static outputs. Calls with
+    gradients enabled and an input requiring grad run ``func`` itself, and so do later such calls with a signature
+    whose capture used tensors requiring grad (parameters ``func`` reaches by itself).
+
+    Args:
+        func: The function to graph (uncompiled).
+        asynchronous: Accepted for compatibility with the SDK.
+        disable_tensor_cache: Accepted for compatibility with the SDK (the emulator keeps captured tensors).
+        dry_run: Accepted for compatibility with the SDK.
+        max_graphs: How many graphs to cache (later signatures run uncaptured); no limit when ``None``.
+
+    Raises:
+        TypeError: When ``func`` is not callable.
+        RuntimeError: When ``func`` was compiled with ``torch.compile``.
+
+    Example:
+        >>> step = wrap_in_hpu_graph_func(lambda x: torch.relu(x) * 2)  # doctest: +SKIP
+        >>> out = step(torch.randn(4, device="hpu"))  # doctest: +SKIP
+    """
+    if not callable(func):
+        raise TypeError(f"wrap_in_hpu_graph_func(func=...) needs a callable, got {type(func).__name__}.")
+    refuse_compiled(func, "func")
+    _check_max_graphs(max_graphs, "wrap_in_hpu_graph_func", allow_none=True)
+    return _graphed_forward(func, {}, max_graphs, lambda: ())

@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from ..device._devices import DEVICE_TYPE, backing_of, index_of
-from ..device._dispatch import METADATA_MUTATING, STREAM_ONLY
-from ..device._tensor import HPUTensor
+from .._device._devices import DEVICE_TYPE, backing_of, index_of
+from .._device._dispatch import METADATA_MUTATING, STREAM_ONLY
+from .._device._tensor import HPUTensor
 
 __all__ = ["BackingProgram", "DYNAMIC_OP_HINT"]
 

@@ -55,7 +55,7 @@ def memory_stats(device: Device = None) -> dict[str, int]:
     Keys: ``Limit``, ``InUse``, ``MaxInUse``, ``NumAllocs``, ``NumFrees``, ``ActiveAllocs``, ``MaxAllocSize``,
     ``TotalSystemAllocs``, ``TotalSystemFrees``, ``TotalActiveAllocs``.
     """
-    from ..device import memory_snapshot
+    from .._device import memory_snapshot
 
     _lazy_init("hpu.memory_stats()")  # as the SDK's hpu.init() at the top of each memory query
     snap = memory_snapshot(device)
@@ -85,7 +85,7 @@ def max_memory_allocated(device: Device = None) -> int:
 
 def reset_peak_memory_stats(device: Device = None) -> None:
     """Make ``MaxInUse`` start again from the memory in use now."""
-    from ..device import reset_peak
+    from .._device import reset_peak
 
     reset_peak(device)
 

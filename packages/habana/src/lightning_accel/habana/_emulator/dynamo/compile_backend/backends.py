@@ -26,10 +26,10 @@ import torch
 from torch._dynamo.backends.registry import register_backend
 
 from ... import _not_emulated
+from ..._device._dispatch import UNTRACEABLE_FACTORY as _UNTRACEABLE_FACTORY
+from ..._device._tensor import HPUTensor as _HPUTensor
 from ...core import _LAZY_MODE_VAR
 from ...core import is_lazy as _is_lazy
-from ...device._dispatch import UNTRACEABLE_FACTORY as _UNTRACEABLE_FACTORY
-from ...device._tensor import HPUTensor as _HPUTensor
 from ...hpu import graphs as _graphs
 
 __all__ = ["hpu_backend"]

@@ -1,0 +1,182 @@
+"""The emulated ``make_graphed_callables``: forward and backward HPU graphs behind an autograd function.
+
+``hpu.graphs`` exports :func:`make_graphed_callables` under the SDK's name (gaudi-pytorch-bridge 1.19.0
+``python_packages/habana_frameworks/torch/hpu/graphs.py:187-476``); :func:`graph_autograd` is the capture of one
+callable, which the emulated ``ModuleCacher`` also builds its graphs with (``_graph_cache``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .._device import unwrap
+from ._hpu_graph import HPUGraph, graph, refuse_compiled
+
+__all__ = ["graph_autograd", "make_graphed_callables"]
+
+
+def graph_autograd(
+    func: Callable[..., Any],
+    sample_args: tuple[torch.Tensor, ...],
+    params: tuple[torch.Tensor, ...],
+    warmups: int,
+    allow_unused_input: bool,
+    first_call_is_capture: bool = False,
+) -> Callable[..., Any]:
+    """Capture ``func``'s forward and backward; return a function of the user tensors that replays them.
+
+    ``params`` are the tensors ``func`` uses besides its arguments (a module's
+    parameters); their gradients come from the backward graph. With ``first_call_is_capture``, ``sample_args`` hold
+    the first call's own inputs, so the first call returns what the capture computed instead of running the forward
+    again (a second run would draw new random numbers, e.g. dropout masks, and do the work twice).
+    """
+    surface = sample_args + params
+    for _ in range(warmups):
+        warm = tuple(o for o in _as_tuple(func(*sample_args)) if isinstance(o, torch.Tensor) and o.requires_grad)
+        warm_inputs = tuple(i for i in surface if i.requires_grad)
+        if warm and warm_inputs:
+            torch.autograd.grad(
+                warm, warm_inputs, grad_outputs=[torch.zeros_like(o) for o in warm], allow_unused=allow_unused_input
+            )
+    forward_graph = HPUGraph()
+    with graph(forward_graph):
+        raw = func(*sample_args)
+    static_outputs = _as_tuple(raw)
+    if not all(isinstance(o, torch.Tensor) for o in static_outputs):
+        raise TypeError(
+            "make_graphed_callables needs callables that return a tensor or a tuple of tensors; got "
+            f"{[type(o).__name__ for o in static_outputs]}. Return tensors only (or use ModuleCacher)."
+        )
+    static_grad_outputs = tuple(torch.zeros_like(o) if o.requires_grad else None for o in static_outputs)
+    needs_grad = tuple(i for i in surface if i.requires_grad)
+    backward_graph = HPUGraph()
+    grads: tuple[torch.Tensor | None, ...] = ()
+    differentiable = tuple(o for o in static_outputs if o.requires_grad)
+    if differentiable and needs_grad:
+        with graph(backward_graph):
+            grads = torch.autograd.grad(
+                differentiable,
+                needs_grad,
+                grad_outputs=tuple(g for g in static_grad_outputs if g is not None),
+                allow_unused=allow_unused_input,
+                materialize_grads=allow_unused_input,
+            )
+    grad_iter = iter(grads)
+    static_grad_inputs = tuple(next(grad_iter) if i.requires_grad else None for i in surface)
+    user_count = len(sample_args)
+    pending_capture = [first_call_is_capture]
+
+    class Graphed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            if pending_capture[0]:
+                pending_capture[0] = False
+                return tuple(o.detach() for o in static_outputs)
+            for static, new in zip(sample_args, inputs[:user_count], strict=False):
+                # An "hpu" tensor's memory is its backing tensor's (the wrapper's data_ptr() is not an address).
+                if unwrap(static).data_ptr() != unwrap(new).data_ptr():
+                    static.copy_(new)
+            forward_graph.replay()
+            return tuple(o.detach() for o in static_outputs)
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+            for static, new in zip(static_grad_outputs, grad_outputs, strict=False):
+                if static is not None and new is not None:
+                    static.copy_(new)
+            if backward_graph.captured:
+                backward_graph.replay()
+            return tuple(g.detach() if g is not None else None for g in static_grad_inputs)
+
+    def graphed(*user_args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outputs: tuple[torch.Tensor, ...] = Graphed.apply(*(user_args + params))
+        return outputs
+
+    def run(*user_args: torch.Tensor) -> Any:
+        out = graphed(*user_args)
+        return out[0] if isinstance(raw, torch.Tensor) else out
+
+    return run
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    return (value,) if isinstance(value, torch.Tensor) else tuple(value)
+
+
+def _check_module(module: torch.nn.Module) -> None:
+    refuse_compiled(module, "callables")
+    if module._backward_hooks or module._forward_hooks or module._forward_pre_hooks:
+        raise ValueError(
+            f"make_graphed_callables got a {type(module).__name__} with hooks registered. Register hooks after "
+            "passing the module to make_graphed_callables, not before."
+        )
+    if any(b.requires_grad for b in module.buffers()):
+        raise ValueError(
+            f"make_graphed_callables got a {type(module).__name__} with a buffer that requires grad; only parameters "
+            "may be trainable. Make it an nn.Parameter or set requires_grad=False on the buffer."
+        )
+
+
+def make_graphed_callables(
+    callables: Any,
+    sample_args: Any,
+    warmups: int = 0,
+    allow_unused_input: bool = False,
+    asynchronous: bool = False,
+    disable_tensor_cache: bool = False,
+    dry_run: bool = False,
+) -> Any:
+    """Graph the forward and backward of a module or function (or a tuple of them).
+
+    A graphed module runs its graphs while its ``training`` flag is what it was at capture, and its original forward
+    otherwise. Outputs are the graph's static tensors: they are overwritten by the next call.
+
+    Args:
+        callables: A module or function, or a tuple of them in the order they run.
+        sample_args: A tuple of tensors for one callable, or a tuple of such tuples.
+        warmups: Eager forward and backward runs before the capture.
+        allow_unused_input: Allow inputs that do not influence the outputs (their gradient is zero).
+        asynchronous: Accepted for compatibility with the SDK.
+        disable_tensor_cache: Accepted for compatibility with the SDK.
+        dry_run: Accepted for compatibility with the SDK.
+
+    Raises:
+        TypeError: When a sample argument is not a tensor, or a callable returns something else than tensors.
+        ValueError: When a module has hooks or a trainable buffer.
+    """
+    single = not isinstance(callables, tuple)
+    items = (callables,) if single else callables
+    samples = (sample_args,) if single else sample_args
+    results: list[Any] = []
+    for func, args in zip(items, samples, strict=False):
+        args = tuple(args)
+        if not all(isinstance(a, torch.Tensor) for a in args):
+            raise TypeError(
+                "make_graphed_callables(sample_args=...) must be a tuple of tensors for each callable; got "
+                f"{[type(a).__name__ for a in args]}. Pass keyword and non-tensor arguments through a wrapper."
+            )
+        params: tuple[torch.Tensor, ...] = ()
+        if isinstance(func, torch.nn.Module):
+            _check_module(func)
+            params = tuple(func.parameters())
+            training = func.training
+            original = func.forward
+            graphed = graph_autograd(original, args, params, warmups, allow_unused_input)
+
+            def forward(
+                *user_args: Any, _m: Any = func, _g: Any = graphed, _o: Any = original, _t: bool = training
+            ) -> Any:
+                # As on the SDK: the graphs hold one training mode; the other mode runs the original forward.
+                return _g(*user_args) if _m.training == _t else _o(*user_args)
+
+            func.forward = forward
+            results.append(func)
+        else:
+            refuse_compiled(func, "callables")
+            results.append(functools.wraps(func)(graph_autograd(func, args, params, warmups, allow_unused_input)))
+    return results[0] if single else tuple(results)
