@@ -13,9 +13,9 @@ from _ray_helpers import run_ray_script, worker_reports
 from lightning_accel.core.errors import ConfigurationError
 
 
-def _ray_view(tmp_path: Path, **env: str) -> dict[str, object]:
+def _ray_view(tmp_path: Path, *args: str, **env: str) -> dict[str, object]:
     out = tmp_path / "ray_view.json"
-    run = run_ray_script("ray_resources.py", str(out), **env)
+    run = run_ray_script("ray_resources.py", str(out), *args, **env)
     assert run.returncode == 0 and out.exists(), run.stderr[-4000:]
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
@@ -26,12 +26,25 @@ def test_ray_counts_the_emulated_hpus_and_gives_each_worker_its_own_card(uninter
     # The uninterrupted run (conftest) started its cluster with LIGHTNING_ACCEL_EMULATED_DEVICES=2.
     resources = json.loads((uninterrupted / "whole-resources.json").read_text())
     assert resources["HPU"] == 2
-    # Ray labels the node with the SDK's device name, which says which Gaudi generation the emulator is.
-    assert resources["accelerator_type:Intel-GAUDI2 (emulated)"] == 1
+    # The driver opened no HPU before ray.init(), and Ray only labels a node whose HPU is initialised (next test).
+    assert not [key for key in resources if key.startswith("accelerator_type:")]
     # Each of the two workers, alive at once, held one HPU: each saw one card, and not the same one.
     reports = worker_reports(uninterrupted, "whole", attempt=0)
     assert [report["visible_hpus"] for report in reports] == [1, 1]
     assert sorted(report["visible_modules"] for report in reports) == ["0", "1"]
+
+
+@pytest.mark.slow
+@pytest.mark.emulator_only
+def test_ray_labels_the_node_with_the_device_name_once_the_hpu_is_open(tmp_path: Path) -> None:
+    # Ray asks hpu.get_device_name() only if hpu.is_initialized(), which, as on the SDK, becomes true when a query
+    # such as hpu.init() opens the card; the name says which Gaudi generation the emulator stands for.
+    resources = _ray_view(tmp_path, "--open-hpu-first", LIGHTNING_ACCEL_EMULATED_DEVICES="3")["resources"]
+    assert isinstance(resources, dict)
+    assert resources["HPU"] == 3
+    assert [key for key in resources if key.startswith("accelerator_type:")] == [
+        "accelerator_type:Intel-GAUDI2 (emulated)"
+    ]
 
 
 @pytest.mark.slow

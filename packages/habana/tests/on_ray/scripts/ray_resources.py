@@ -1,6 +1,10 @@
 """Start a local Ray cluster and write, as JSON to OUT, what Ray counts: ``{"resources": ray.cluster_resources()}``.
 
-usage: ray_resources.py OUT
+usage: ray_resources.py OUT [--open-hpu-first]
+
+With ``--open-hpu-first`` the script opens this process's HPU (``hpu.init()``) before it starts Ray: Ray labels a
+node with its accelerator type only when the HPU of the process that starts the node is already initialised
+(``HPUAcceleratorManager.get_current_node_accelerator_type``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 import ray
 
 OUT = sys.argv[1]
+OPEN_HPU_FIRST = "--open-hpu-first" in sys.argv[2:]
 
 
 def _free_port() -> int:
@@ -23,6 +28,10 @@ def _free_port() -> int:
 
 
 def main() -> None:
+    if OPEN_HPU_FIRST:
+        import habana_frameworks.torch.hpu as hpu
+
+        hpu.init()
     ray.init(
         num_cpus=1,
         include_dashboard=False,
