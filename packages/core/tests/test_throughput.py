@@ -10,79 +10,22 @@ from typing import Any
 
 import pytest
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ThroughputMonitor
-from lightning.pytorch.loggers import Logger
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from lightning_accel.core.callbacks import ThroughputAfterWarmup
 from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.core.testing.throughput import logged_fit
 from lightning_accel.core.throughput import compute_dtype
-
-FLOPS_PER_BATCH = 10_000
-
-
-class MemoryLogger(Logger):
-    """Keeps every logged metric in memory."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.logged: list[dict[str, float]] = []
-
-    @property
-    def name(self) -> str:
-        return "memory"
-
-    @property
-    def version(self) -> int:
-        return 0
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.logged.append(dict(metrics))
-
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
-class Tiny(LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Linear(8, 2)
-        self.flops_per_batch = FLOPS_PER_BATCH
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self.net(batch[0]).sum()
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-def _fit(accelerator: str, precision: str, callbacks: list[Any], loader: Any = None) -> MemoryLogger:
-    logger = MemoryLogger()
-    trainer = Trainer(
-        accelerator=accelerator,
-        devices=1,
-        precision=precision,  # type: ignore[arg-type]
-        max_steps=6,
-        log_every_n_steps=1,
-        callbacks=callbacks,
-        logger=logger,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-    )
-    x = torch.randn(48, 8)
-    trainer.fit(Tiny(), loader or DataLoader(TensorDataset(x), batch_size=8))
-    return logger
 
 
 @pytest.mark.parametrize(("precision", "peak"), [("32-true", 10**12), ("bf16-mixed", 4 * 10**12)])
 def test_throughput_monitor_reports_mfu_against_the_vendor_peak(precision: str, peak: int) -> None:
     monitor = ThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0), window_size=2)
-    logger = _fit("testacc", precision, [monitor])
+    logged = logged_fit("testacc", precision, [monitor])
     assert monitor.available_flops == peak
-    with_mfu = [m for m in logger.logged if "train/device/mfu" in m]
-    assert with_mfu, logger.logged
+    with_mfu = [m for m in logged if "train/device/mfu" in m]
+    assert with_mfu, logged
     for metrics in with_mfu:
         assert metrics["train/device/mfu"] == pytest.approx(metrics["train/device/flops_per_sec"] / peak)
 
@@ -90,15 +33,15 @@ def test_throughput_monitor_reports_mfu_against_the_vendor_peak(precision: str, 
 def test_a_dtype_without_a_published_peak_gives_no_mfu_and_says_so() -> None:
     monitor = ThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0), window_size=2)
     with pytest.warns(UserWarning, match=r"FLOPs not found for accelerator 'testacc' with torch.float64"):
-        logger = _fit("testacc", "64-true", [monitor])
+        logged = logged_fit("testacc", "64-true", [monitor])
     assert monitor.available_flops is None
-    assert not [m for m in logger.logged if "train/device/mfu" in m]
+    assert not [m for m in logged if "train/device/mfu" in m]
 
 
 def test_other_accelerators_keep_lightnings_answer() -> None:
     # The host is the testacc device's root device too: only the accelerator tells them apart.
     monitor = ThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0), window_size=2)
-    _fit("cpu", "32-true", [monitor])
+    logged_fit("cpu", "32-true", [monitor])
     assert monitor.available_flops is None
 
 
@@ -116,20 +59,20 @@ def test_throughput_after_warmup_leaves_the_first_batches_out() -> None:
     throughput = ThroughputAfterWarmup(
         warmup_steps=2, batch_size_fn=lambda batch: batch[0].size(0), length_fn=lambda batch: 10 * batch[0].size(0)
     )
-    logger = _fit("cpu", "32-true", [throughput], loader=DataLoader(batches, batch_size=None))
+    logged = logged_fit("cpu", "32-true", [throughput], loader=DataLoader(batches, batch_size=None))
     metrics = throughput.metrics
     assert set(metrics) == {"train_samples_per_second", "train_steps_per_second", "train_tokens_per_second"}
     # Per counted step: 4 samples of 10 tokens each (counting a warm-up batch would make these 13.3 and 133).
     assert metrics["train_samples_per_second"] / metrics["train_steps_per_second"] == pytest.approx(4)
     assert metrics["train_tokens_per_second"] / metrics["train_steps_per_second"] == pytest.approx(40)
-    assert metrics in logger.logged
+    assert metrics in logged
 
 
 def test_throughput_after_warmup_reports_nothing_for_a_run_within_the_warmup() -> None:
     throughput = ThroughputAfterWarmup(warmup_steps=6, batch_size_fn=lambda batch: batch[0].size(0))
-    logger = _fit("cpu", "32-true", [throughput])
+    logged = logged_fit("cpu", "32-true", [throughput])
     assert throughput.metrics == {}
-    assert not [m for m in logger.logged if "train_samples_per_second" in m]
+    assert not [m for m in logged if "train_samples_per_second" in m]
 
 
 @pytest.mark.parametrize("warmup_steps", [-1, 1.5, True])

@@ -4,88 +4,37 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any
 
 import pytest
-import torch
 from _habana_helpers import script_env
-from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ThroughputMonitor
-from lightning.pytorch.loggers import Logger
-from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_accel.core.testing.throughput import logged_fit
 from lightning_accel.habana.peak_flops import generation_of
 
 GAUDI2_BF16 = 432 * 10**12  # Intel, Hot Chips 2024 (see lightning_accel.habana.peak_flops)
 
 
-class MemoryLogger(Logger):
-    def __init__(self) -> None:
-        super().__init__()
-        self.logged: list[dict[str, float]] = []
-
-    @property
-    def name(self) -> str:
-        return "memory"
-
-    @property
-    def version(self) -> int:
-        return 0
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.logged.append(dict(metrics))
-
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
-class Tiny(LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Linear(8, 2)
-        self.flops_per_batch = 10_000
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self.net(batch[0]).float().sum()
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-def _fit(precision: str) -> tuple[ThroughputMonitor, MemoryLogger]:
+def _fit(precision: str) -> tuple[ThroughputMonitor, list[dict[str, float]]]:
     monitor = ThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0), window_size=2)
-    logger = MemoryLogger()
-    trainer = Trainer(
-        accelerator="hpu",
-        devices=1,
-        precision=precision,  # type: ignore[arg-type]
-        max_steps=5,
-        log_every_n_steps=1,
-        callbacks=[monitor],
-        logger=logger,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(40, 8)), batch_size=8))
-    return monitor, logger
+    return monitor, logged_fit("hpu", precision, [monitor])
 
 
 @pytest.mark.emulator_only  # the emulator is a Gaudi2 by default; a real card may be another generation
 def test_throughput_monitor_reports_mfu_against_the_gaudi2_bf16_peak() -> None:
-    monitor, logger = _fit("bf16-mixed")
+    monitor, logged = _fit("bf16-mixed")
     assert monitor.available_flops == GAUDI2_BF16
-    with_mfu = [m for m in logger.logged if "train/device/mfu" in m]
-    assert with_mfu, logger.logged
+    with_mfu = [m for m in logged if "train/device/mfu" in m]
+    assert with_mfu, logged
     for metrics in with_mfu:
         assert metrics["train/device/mfu"] == pytest.approx(metrics["train/device/flops_per_sec"] / GAUDI2_BF16)
 
 
 def test_float32_has_no_published_peak_so_no_mfu() -> None:
     with pytest.warns(UserWarning, match=r"FLOPs not found for accelerator 'hpu' with torch.float32"):
-        monitor, logger = _fit("32-true")
+        monitor, logged = _fit("32-true")
     assert monitor.available_flops is None
-    assert not [m for m in logger.logged if "train/device/mfu" in m]
+    assert not [m for m in logged if "train/device/mfu" in m]
 
 
 @pytest.mark.emulator_only
