@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import sys
+from pathlib import Path
 
 # Set before anything reads the emulation settings or imports deepspeed.
 os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "hpu")
 os.environ.setdefault("DS_ACCELERATOR", "hpu")  # DeepSpeed's HPU accelerator, over the emulated SDK
-# One cache of JIT-built DeepSpeed ops for the whole run (child processes inherit it); the tests build none by default.
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", tempfile.mkdtemp(prefix="lightning-accel-ds-ops-"))
+# JIT-built DeepSpeed ops are cached beside the environment's torch (child processes inherit the setting): a run reuses
+# what an earlier run of the same environment built, and nothing is left behind outside it.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))

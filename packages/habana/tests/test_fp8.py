@@ -391,6 +391,7 @@ _GENERATION_PROBE = textwrap.dedent(
     from lightning_accel.habana import HPUAccelerator, HPUPrecisionPlugin, sdk
     from lightning_accel.habana.fabric import HPUPrecision
 
+    scratch = tempfile.TemporaryDirectory()  # removed when the probe exits
     # The SDK acquires a device when asked its name: count the asks while each plugin is built.
     hpu = sdk.hpu_module()
     device_name, asked = hpu.get_device_name, []
@@ -401,7 +402,7 @@ _GENERATION_PROBE = textwrap.dedent(
         ("trainer 16-mixed", lambda: HPUPrecisionPlugin("16-mixed")),
         ("fabric fp8", lambda: HPUPrecision("fp8")),
         ("trainer fp8 inference", lambda: HPUPrecisionPlugin("fp8").convert_modules(
-            torch.nn.Sequential(torch.nn.Linear(2, 2)), inference=True, quant=False, fp8_data_path=tempfile.mkdtemp()
+            torch.nn.Sequential(torch.nn.Linear(2, 2)), inference=True, quant=False, fp8_data_path=scratch.name
         )),
         ("is_fp8_available", HPUAccelerator.is_fp8_available),
     ]:

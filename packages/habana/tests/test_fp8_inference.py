@@ -13,6 +13,7 @@ import copy
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +102,11 @@ def test_a_measured_then_quantized_model_predicts_within_fp8_tolerance_of_bf16(
 
 
 def test_measurements_are_written_where_asked_and_reused_by_another_model(
-    trained: tuple[Any, Any, Any], tmp_path: Path
+    trained: tuple[Any, Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    system_temp = tmp_path / "system_temp"
+    system_temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_temp))
     original, val = trained[0], trained[2]
     measured, fresh = copy.deepcopy(original), copy.deepcopy(original)
     plugin = HPUPrecisionPlugin("fp8")
@@ -118,6 +122,11 @@ def test_measurements_are_written_where_asked_and_reused_by_another_model(
     other.convert_modules(fresh, inference=True, quant=True, fp8_data_path=tmp_path / "calibration")
     plugin.convert_modules(measured, inference=True, quant=True, fp8_data_path=tmp_path / "calibration")
     torch.testing.assert_close(_logits(other, fresh, val), _logits(plugin, measured, val), rtol=0, atol=0)
+    # INC's configs went into the data folder too: nothing is left in the system's temporary folder.
+    assert {"inc_measure_config.json", "inc_quantize_config.json"} <= {
+        p.name for p in (tmp_path / "calibration").iterdir()
+    }
+    assert list(system_temp.iterdir()) == []
 
 
 def test_one_process_under_a_launchers_rank_variables_measures_and_quantizes(
@@ -285,8 +294,12 @@ def test_fabric_measures_and_quantizes_too(trained: tuple[Any, Any, Any], tmp_pa
     assert 0.008 < _relative_error(out, ref) < 0.06  # measured: 0.024, as through the Trainer
 
 
-def test_incs_own_prepare_and_convert_run_unchanged_on_the_emulated_hpu(inc: Any, tmp_path: Path) -> None:
-    # Intel's documented flow (neural_compressor.torch.quantization), no lightning-accel code in between.
+def test_incs_own_prepare_and_convert_run_unchanged_on_the_emulated_hpu(
+    inc: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Intel's documented flow (neural_compressor.torch.quantization), no lightning-accel code in between. INC leaves
+    # its config files in the temporary folder: the test's own.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to("hpu")
     model = model.to(torch.bfloat16)

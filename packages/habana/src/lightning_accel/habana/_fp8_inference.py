@@ -35,6 +35,8 @@ import contextlib
 import importlib
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -160,12 +162,19 @@ def convert(module: torch.nn.Module, quant: Any, fp8_data_path: str | os.PathLik
             "fields of neural_compressor.torch.quantization.FP8Config (mode, observer, scale_method, allowlist, "
             "blocklist, ...)."
         ) from exc
+    # INC reads the config back from a JSON file; given none, it writes one to the system's temporary folder and never
+    # removes it (``FP8Config.save_temp_json_file``). Ours goes into the fp8 data folder, one per mode.
+    folder = Path(config_dict["dump_stats_path"]).parents[1]
+    config_file = folder / f"inc_{str(config_dict['mode']).lower()}_config.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    config.to_json_file(str(config_file))
+    config.json_file = str(config_file)
     if config.measure:
         with _no_launcher_ranks():
             inc.prepare(module, config)
         return True
     try:
-        with _no_launcher_ranks():
+        with _no_launcher_ranks(), _temporary_files_in(folder):
             inc.convert(module, config)
     except FileNotFoundError as exc:
         folder = Path(config_dict["dump_stats_path"]).parent
@@ -182,6 +191,23 @@ def finalize_calibration(module: torch.nn.Module) -> None:
     """Write the measurements of a module prepared with ``quant=False`` (INC's ``finalize_calibration``)."""
     with _no_launcher_ranks():
         _quantization().finalize_calibration(module)
+
+
+@contextlib.contextmanager
+def _temporary_files_in(folder: Path) -> Iterator[None]:
+    """Send the temporary files INC makes, and leaves behind, to a scratch folder under ``folder``, removed afterwards.
+
+    Quantizing a model measured in this process, INC ignores the config it is given and rewrites the measuring one
+    with ``"mode": "QUANTIZE"`` into a new temporary file (``fp8_quant/common.py`` ``update_mode``) that nothing
+    removes: one file in the system's temporary folder per run. INC reads it back within ``convert``.
+    """
+    scratch = tempfile.mkdtemp(prefix=".inc-", dir=folder)
+    previous, tempfile.tempdir = tempfile.tempdir, scratch
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def main() -> None:
+def main(session_dir: str) -> None:
     if OPEN_HPU_FIRST:
         import habana_frameworks.torch.hpu as hpu
 
@@ -36,7 +36,7 @@ def main() -> None:
         num_cpus=1,
         include_dashboard=False,
         dashboard_port=_free_port(),  # Ray's head still serves its state API there (8265 by default)
-        _temp_dir=tempfile.mkdtemp(prefix="ray-"),
+        _temp_dir=session_dir,
         log_to_driver=False,
     )
     try:
@@ -48,4 +48,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Ray's session files go to a short temporary folder (its socket paths must stay under the OS limit), removed
+    # afterwards; a worker that is still shutting down may hold a file there.
+    with tempfile.TemporaryDirectory(prefix="ray-", ignore_cleanup_errors=True) as session_dir:
+        main(session_dir)

@@ -132,15 +132,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def main() -> None:
+def main(session_dir: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    # A cluster of this machine only, without dashboard; its session files go to a short temporary folder (Ray's
-    # socket paths must stay under the OS limit).
+    # A cluster of this machine only, without dashboard.
     ray.init(
         num_cpus=2,
         include_dashboard=False,
         dashboard_port=_free_port(),  # Ray's head still serves its state API there (8265 by default)
-        _temp_dir=tempfile.mkdtemp(prefix="ray-"),
+        _temp_dir=session_dir,
         log_to_driver=False,
     )
     # What Ray counted on this node before the run: its "HPU" resource and the node's accelerator label.
@@ -175,4 +174,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Ray's session files go to a short temporary folder (its socket paths must stay under the OS limit), removed
+    # afterwards; a worker that is still shutting down may hold a file there.
+    with tempfile.TemporaryDirectory(prefix="ray-", ignore_cleanup_errors=True) as session_dir:
+        main(session_dir)
