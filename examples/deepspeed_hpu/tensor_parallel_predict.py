@@ -1,5 +1,8 @@
 """Tensor-parallel prediction on two emulated HPUs, compared with the unsharded model. Each rank writes DIR/rankN.pt.
 
+The model is made on the host; DeepSpeed moves each rank's slices of it to the HPU, so a rank's device never holds
+the whole model (each rank also records the peak of its device memory during the set-up, and the model's size).
+
 Run as: LIGHTNING_ACCEL_EMULATE=hpu python examples/deepspeed_hpu/tensor_parallel_predict.py --out DIR --mode kwargs
 or --mode config. Lightning starts the second process by running the script again.
 """
@@ -10,7 +13,7 @@ import argparse
 import os
 
 import torch
-from lightning.pytorch import LightningModule, Trainer, seed_everything
+from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_accel.deepspeed_hpu import HPUDeepSpeedPrecisionPlugin, HPUDeepSpeedStrategy
@@ -28,6 +31,16 @@ class InferenceSample(LightningModule):
 
     def predict_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
         return self(batch[0])
+
+
+class SetupMemory(Callback):
+    """The peak of this rank's device memory from before the strategy's set-up to the first batch."""
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        torch.hpu.reset_peak_memory_stats()
+
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.peak = torch.hpu.max_memory_allocated()
 
 
 def main() -> None:
@@ -54,12 +67,19 @@ def main() -> None:
         plugins=[HPUDeepSpeedPrecisionPlugin("32-true")],
         logger=False,
         enable_progress_bar=False,
+        callbacks=[setup_memory := SetupMemory()],
     )
     batches = trainer.predict(model, DataLoader(TensorDataset(x), batch_size=8))
     assert batches is not None
     replaced = sorted({type(m).__name__ for m in trainer.strategy.model.modules()})
     torch.save(
-        {"predictions": torch.cat(batches), "expected": expected, "replaced": replaced},
+        {
+            "predictions": torch.cat(batches),
+            "expected": expected,
+            "replaced": replaced,
+            "setup_peak_bytes": setup_memory.peak,
+            "model_bytes": sum(p.numel() * p.element_size() for p in InferenceSample().parameters()),
+        },
         os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
     )
 

@@ -38,10 +38,13 @@ def _check_same_training(results: list[dict[str, Any]], world_size: int) -> None
 
 @pytest.mark.parametrize("by_name", [False, True], ids=["instances", "by-name"])
 def test_two_processes_train_in_lockstep(tmp_path: Path, by_name: bool) -> None:
-    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), TMPDIR=str(temporary))
     command = [PYTHON, SCRIPT, "--out", str(tmp_path), "--devices", "2"] + (["--by-name"] if by_name else [])
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
+    assert not list(temporary.glob("lightning-accel-*")), list(temporary.iterdir())  # the run's state file is removed
     results = _results(tmp_path, 2)
     _check_same_training(results, 2)
     # Each local rank was given its own (emulated) module by initialize_distributed_hpu.

@@ -80,22 +80,29 @@ def test_fabric_fsdp_shards_trains_saves_and_loads(tmp_path: Path, full: bool) -
 @pytest.mark.slow
 @pytest.mark.emulator_only  # reads the emulator's exact allocation accounting
 @pytest.mark.parametrize("fabric", [False, True], ids=["trainer", "fabric"])
-def test_a_full_checkpoint_holds_one_unit_at_a_time_on_the_device(tmp_path: Path, fabric: bool) -> None:
-    # Four FSDP units trained with Adam on two ranks. A full checkpoint is gathered unit by unit and offloaded to the
-    # host as it goes (Lightning's offload_to_cpu=True): during the save a rank's device holds what it held before
-    # (its shards of the parameters, gradients and Adam's two moments) plus one unit's gathered state, at most Adam's
-    # two moments of the largest unit (measured: exactly that, 165120 bytes; gathering on the device, as before,
-    # took 866880 on rank 0, more than three times the model). The checkpoint then resumes with the saved weights.
+def test_set_up_and_full_checkpoints_hold_one_unit_at_a_time_on_the_device(tmp_path: Path, fabric: bool) -> None:
+    # Eight FSDP units made on the host, trained with Adam on two ranks.
+    # Set-up: torch FSDP moves each unit to the HPU, flattens and shards it before the next (`param.data =
+    # param.to(device_id)`, as on Gaudi), so a rank's device holds its shards plus, for the unit being sharded, its
+    # parameters and the flat parameter they are copied into (measured: 420736 bytes; moving the whole model first,
+    # as an earlier release did, took 660288, more than the model's 561280).
+    # A full checkpoint is gathered unit by unit and offloaded to the host as it goes (Lightning's
+    # offload_to_cpu=True): during the save a rank's device holds what it held before (its shards of the parameters,
+    # gradients and Adam's two moments) plus one unit's gathered state, at most Adam's two moments of the largest unit
+    # (measured: exactly that, 165120 bytes; gathering on the device, as an earlier release did, took more than three
+    # times the model on rank 0). The checkpoint then resumes with the saved weights.
     results = _run("fsdp_checkpoint_memory.py", tmp_path, *(["--fabric"] if fabric else []))
     for result in results:
         unit = result["largest_unit_bytes"]
+        assert result["setup_before"] == 0, result
+        assert result["setup_peak"] <= result["shard_bytes"] + 2 * unit < result["model_bytes"], result
         assert result["peak"] - result["before"] <= 2 * unit < result["model_bytes"], result
         if not fabric:
             # The model alone: one unit's flat parameter at a time.
             assert result["model_peak"] - result["before"] <= unit, result
         assert result["resumed_same_weights"]
     if not fabric:
-        assert [r["saved_keys"] for r in results] == [8, 0]  # rank 0 holds the full state dict, rank 1 nothing
+        assert [r["saved_keys"] for r in results] == [16, 0]  # rank 0 holds the full state dict, rank 1 nothing
 
 
 # --- selection and registration -------------------------------------------------------------------------------------
@@ -245,6 +252,44 @@ def test_an_hpu_parameter_takes_host_data_and_back_and_trains_on() -> None:
     layer(torch.ones(2, 3, device="hpu")).sum().backward()
     assert param.grad is not None
     assert param.grad.tolist() == [[2.0, 2.0, 2.0]]
+
+
+def test_a_host_parameter_takes_hpu_data_keeps_its_identity_and_trains() -> None:
+    # torch FSDP moves each unit of a host model so (`param.data = param.to(device_id)` under no_grad), as
+    # Module._apply's `.data` path does; Gaudi's built-in HPU device type allows it.
+    sdk.ht_module()
+    layer = torch.nn.Linear(3, 1)
+    weight, bias = layer.weight, layer.bias
+    weight.grad = torch.ones(1, 3)
+    weight.tag = "mine"  # type: ignore[attr-defined]
+    buffer = torch.zeros(2)
+    with torch.no_grad():
+        weight.data = torch.full((1, 3), 0.5).to("hpu")
+        bias.data = bias.to("hpu")
+        buffer.data = buffer.to("hpu")
+    assert weight is layer.weight and bias is layer.bias
+    assert isinstance(weight, torch.nn.Parameter) and weight.requires_grad and weight.tag == "mine"  # type: ignore[attr-defined]
+    assert weight.device.type == bias.device.type == buffer.device.type == "hpu"
+    assert weight.grad is not None and weight.grad.device.type == "hpu"  # moved with it here; FSDP moves it next
+    weight.grad = None
+    layer(torch.ones(2, 3, device="hpu")).sum().backward()
+    assert weight.grad is not None and weight.grad.tolist() == [[2.0, 2.0, 2.0]]
+    assert (buffer + 1).tolist() == [1.0, 1.0]
+    plain = torch.zeros(2)
+    plain.data = torch.ones(3)  # host to host stays torch's own setter
+    assert plain.tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.emulator_only  # on Gaudi the HPU is a built-in device type, which takes the swap in any case
+def test_a_host_parameter_autograd_may_use_cannot_take_hpu_data_on_the_emulator() -> None:
+    weight = torch.nn.Parameter(torch.ones(4))
+    loss = (weight * 2).sum()  # the graph holds `weight` until backward
+    with pytest.raises(
+        NotImplementedError, match=r"A tensor on cpu cannot take a tensor on hpu:0 .* while autograd may use"
+    ):
+        weight.data = torch.zeros(4, device="hpu")
+    loss.backward()
+    assert weight.device.type == "cpu" and weight.grad is not None and weight.grad.tolist() == [2.0] * 4
 
 
 @pytest.mark.emulator_only  # on Gaudi the HPU is a built-in device type, which takes the swap in any case

@@ -12,7 +12,13 @@ from _habana_helpers import PYTHON, SCRIPTS, free_port, script_env
 
 
 def _run_until_a_rank_dies(dead_rank: int, pid_dir: Path) -> subprocess.CompletedProcess[str]:
-    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), LIGHTNING_ACCEL_RANK_WATCH_INTERVAL="0.2")
+    (pid_dir / "temporary").mkdir()
+    env = script_env(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        LIGHTNING_ACCEL_RANK_WATCH_INTERVAL="0.2",
+        TMPDIR=str(pid_dir / "temporary"),
+    )
     # The timeout bounds the test only: without the watchers the surviving rank would wait in a collective.
     return subprocess.run(
         [PYTHON, str(SCRIPTS / "rank_dies.py"), str(dead_rank), str(pid_dir)],
@@ -48,6 +54,7 @@ def test_a_launched_rank_that_dies_is_named_and_the_run_stops(tmp_path: Path) ->
     # The first process exits with the dead rank's status, as a shell reports a signal.
     assert done.returncode == 128 + signal.SIGKILL
     assert not _still_running(int((tmp_path / "rank0.pid").read_text()))
+    assert not list((tmp_path / "temporary").glob("lightning-accel-*"))  # the run's state file is removed
 
 
 @pytest.mark.slow

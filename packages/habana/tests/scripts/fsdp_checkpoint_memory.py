@@ -1,9 +1,10 @@
 """Child script of the FSDP tests: the device memory a full checkpoint takes, on two emulated HPUs.
 
-A model of several FSDP units (each ``Linear`` is one) trains a step with Adam, then saves a full checkpoint through
-the Trainer (``--fabric``: through Fabric). Each rank writes to ``rank<N>.pt`` its device memory in use before the
-save, the peak during it (the emulator's exact accounting), the bytes of the largest unit's gathered flat parameter
-and of the whole model, and after a resume from the file whether the weights are those saved.
+A model of several FSDP units (each ``Linear`` is one), made on the host, is set up by the strategy, trains a step
+with Adam, then saves a full checkpoint through the Trainer (``--fabric``: through Fabric). Each rank writes to
+``rank<N>.pt`` the peak of its device memory during the set-up, its device memory in use before the save and the
+peak during it (the emulator's exact accounting), the bytes of the largest unit's gathered flat parameter, of its
+shards and of the whole model, and after a resume from the file whether the weights are those saved.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.distributed as dist
 from lightning.fabric import Fabric
-from lightning.pytorch import LightningModule, Trainer, seed_everything
+from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
 
-WIDTHS = (96, 128, 160, 128, 96)  # four units; the largest is Linear(128, 160)
+WIDTHS = (96, 128, 160, 128, 128, 128, 160, 128, 96)  # eight units; the largest are Linear(128, 160)
 WORLD_SIZE = 2
 
 
@@ -33,10 +34,17 @@ def _net() -> torch.nn.Sequential:
 
 
 def _sizes() -> dict[str, int]:
-    """Bytes of the whole float32 model and of the largest unit's full flat parameter (padded, as FSDP gathers it)."""
+    """Bytes of the whole float32 model, of a rank's shards of it and of the largest unit's full flat parameter.
+
+    FSDP pads each unit's flat parameter to a multiple of the world size.
+    """
     units = [sum(p.numel() for p in m.parameters()) for m in _net() if isinstance(m, torch.nn.Linear)]
     padded = [-(-n // WORLD_SIZE) * WORLD_SIZE for n in units]
-    return {"model_bytes": 4 * sum(units), "largest_unit_bytes": 4 * max(padded)}
+    return {
+        "model_bytes": 4 * sum(units),
+        "shard_bytes": 4 * sum(padded) // WORLD_SIZE,
+        "largest_unit_bytes": 4 * max(padded),
+    }
 
 
 class _Model(LightningModule):
@@ -70,10 +78,22 @@ def _flat(module: torch.nn.Module) -> list[torch.Tensor]:
     return [p.detach().cpu().clone() for p in module.parameters()]
 
 
-def _trainer(root: Path) -> Trainer:
+class _SetupMemory(Callback):
+    """The device memory a rank's set-up took: from before FSDP wraps the model to the start of the fit."""
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        torch.hpu.reset_peak_memory_stats()
+        self.before = torch.hpu.memory_allocated()
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.result = {"setup_before": self.before, "setup_peak": torch.hpu.max_memory_allocated()}
+
+
+def _trainer(root: Path, callbacks: list[Callback] | None = None) -> Trainer:
     from lightning_accel.habana import HPUFSDPStrategy
 
     return Trainer(
+        callbacks=callbacks,
         accelerator="hpu",
         devices=WORLD_SIZE,
         strategy=HPUFSDPStrategy(auto_wrap_policy={torch.nn.Linear}),
@@ -88,7 +108,8 @@ def _trainer(root: Path) -> Trainer:
 
 def _with_trainer(out: Path) -> tuple[int, dict[str, Any]]:
     seed_everything(3)
-    trainer = _trainer(out)
+    setup_memory = _SetupMemory()
+    trainer = _trainer(out, [setup_memory])
     model = _Model()
     trainer.fit(model, _data())
     checkpoint = out / "full.ckpt"
@@ -100,7 +121,13 @@ def _with_trainer(out: Path) -> tuple[int, dict[str, Any]]:
     resumed.fit(resumed_model, _data(), ckpt_path=checkpoint)  # max_steps reached: restores, trains no step
     loaded = resumed.strategy.lightning_module_state_dict()
     same = resumed.global_rank != 0 or all(torch.equal(saved[k], loaded[k]) for k in saved)
-    result = {**memory, "model_peak": model_only["peak"], "saved_keys": len(saved), "resumed_same_weights": same}
+    result = {
+        **memory,
+        **setup_memory.result,
+        "model_peak": model_only["peak"],
+        "saved_keys": len(saved),
+        "resumed_same_weights": same,
+    }
     return trainer.global_rank, result
 
 
@@ -111,7 +138,10 @@ def _with_fabric(out: Path) -> tuple[int, dict[str, Any]]:
     fabric = Fabric(accelerator="hpu", devices=WORLD_SIZE, strategy=strategy)
     fabric.launch()
     fabric.seed_everything(3)
+    torch.hpu.reset_peak_memory_stats()
+    setup_before = torch.hpu.memory_allocated()
     model = fabric.setup_module(_net())
+    setup = {"setup_before": setup_before, "setup_peak": torch.hpu.max_memory_allocated()}
     optimizer = fabric.setup_optimizers(torch.optim.Adam(model.parameters(), lr=1e-3))
     for (x,) in _data():
         fabric.backward(model(x.to(fabric.device)).pow(2).mean())
@@ -124,7 +154,7 @@ def _with_fabric(out: Path) -> tuple[int, dict[str, Any]]:
     fresh_optimizer = fabric.setup_optimizers(torch.optim.Adam(fresh.parameters(), lr=1e-3))
     fabric.load(checkpoint, {"model": fresh, "optimizer": fresh_optimizer})
     same = all(torch.equal(a, b) for a, b in zip(saved, _flat(fresh), strict=True))
-    return fabric.global_rank, {**memory, "resumed_same_weights": same}
+    return fabric.global_rank, {**memory, **setup, "resumed_same_weights": same}
 
 
 def main() -> None:

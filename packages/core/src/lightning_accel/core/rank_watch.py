@@ -20,6 +20,8 @@ launcher (``torchrun``, SLURM, MPI) are that launcher's to watch; nothing is sta
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import inspect
 import os
 import signal
@@ -127,6 +129,7 @@ class _ChildWatcher(threading.Thread):
             proc.kill()
         for proc in others:
             proc.wait()
+        _remove_run_state(self._procs, _run_state_file, wait=0.0)  # every launched rank has ended
         os._exit(_shell_status(code))
 
 
@@ -237,6 +240,23 @@ def _launch_children(launcher: Any) -> None:
     first_rank = launcher.cluster_environment.node_rank() * launcher.num_processes + 1
     _watching_children = _ChildWatcher(launcher.procs, first_rank, watch_interval())
     _watching_children.start()
+    atexit.register(_remove_run_state, list(launcher.procs), _run_state_file)
+
+
+def _remove_run_state(procs: Sequence[subprocess.Popen[Any]], path: str | None, wait: float = 5.0) -> None:
+    """Remove a run's state file, at the first process's exit, once the ranks it launched have ended.
+
+    A launched rank reads the file only after the first process is gone, to tell how its run ended, so it is kept
+    while one of them still runs after ``wait`` seconds (they end with the first process's run, normally together).
+    """
+    deadline = time.monotonic() + wait
+    while any(proc.poll() is None for proc in procs):
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def start_run(rank: int) -> None:

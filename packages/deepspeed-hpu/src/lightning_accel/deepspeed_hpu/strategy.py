@@ -476,12 +476,6 @@ class HPUDeepSpeedStrategy(
         groups = TensorParallelGroups(size) if 1 < size < self.world_size else None
         kwargs = self.inference.init_kwargs(precision.dtype, groups)
         remove_module_hooks(model)
-        if not kwargs.get("keep_module_on_host") and not any(p.is_meta for p in model.parameters()):
-            # Shard on the HPU: DeepSpeed's tensor parallelism swaps each shard into the parameter in place
-            # (`param.data = shard`), which needs the parameter on the shard's device (always so on the emulator,
-            # whose "hpu" tensors cannot be swapped into host parameters). Models too large for one HPU: build them
-            # on the meta device and give DeepSpeed a checkpoint, or set keep_module_on_host.
-            model = model.to(self.root_device)
         engine = deepspeed.init_inference(_InjectionRoot(model), **kwargs)
         precision.cast_inputs_to(kwargs["dtype"] if isinstance(kwargs["dtype"], torch.dtype) else None)
         self.model = engine

@@ -44,7 +44,6 @@ __all__ = [
     "full_state_dict_context",
     "hpu_precision_plugin",
     "mixed_precision_config",
-    "move_to_hpu",
     "refuse_device_mesh_tuple",
     "refuse_lazy_mode",
     "refuse_plugin",
@@ -190,21 +189,6 @@ def refuse_device_mesh_tuple(device_mesh: Any) -> None:
             "Trainer, HPUFSDPStrategy(sharding_strategy='HYBRID_SHARD', device_mesh=(replicas, shards)) builds it on "
             "the HPUs."
         )
-
-
-def move_to_hpu(module: torch.nn.Module, device: torch.device) -> None:
-    """Move ``module`` to ``device`` before torch FSDP wraps it; modules on the meta device stay there.
-
-    torch FSDP moves a host module with ``param.data = param.to(device_id)``, which the emulated HPU cannot take (a
-    host tensor cannot swap its data for an ``"hpu"`` tensor, see the emulator's docs). ``module.to`` moves the same
-    parameters on both, as lightning-habana's strategy did before wrapping; FSDP then shards tensors already on the HPU.
-    A module on the meta device is materialized on ``device_id`` by FSDP itself. The cost, on hardware too: each rank
-    holds the whole model's parameters on its HPU once, at set-up, where torch FSDP alone would move them unit by unit
-    (the optimizer state is not involved). A model that does not fit on one HPU is created on the meta device.
-    """
-    if any(t.is_meta for t in (*module.parameters(), *module.buffers())):
-        return
-    module.to(device)
 
 
 def full_state_dict_context(module: torch.nn.Module) -> AbstractContextManager[Any]:

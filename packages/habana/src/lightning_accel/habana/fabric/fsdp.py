@@ -21,7 +21,6 @@ from .._fsdp import (
     fsdp_device,
     full_state_dict_context,
     hpu_precision_plugin,
-    move_to_hpu,
     refuse_device_mesh_tuple,
     refuse_lazy_mode,
 )
@@ -141,12 +140,6 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
         # Index-less, as on Gaudi: the runtime gives each process its card.
         self.accelerator.setup_device(parallel_root_device(self.parallel_devices, self.local_rank))
         self._setup_distributed()
-
-    @override
-    def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Move the module to the HPU (see ``_fsdp.move_to_hpu``), then wrap it in FSDP."""
-        move_to_hpu(module, self.root_device)
-        return super().setup_module(module)
 
     @override
     def save_checkpoint(

@@ -23,7 +23,6 @@ from .._fsdp import (
     fsdp_device,
     full_state_dict_context,
     hpu_precision_plugin,
-    move_to_hpu,
     refuse_lazy_mode,
 )
 from .._hccl_strategy import HCCLStrategyMixin
@@ -31,7 +30,6 @@ from .._strategy_defaults import HPUCheckpointIODefault
 from ..fsdp_precision import HPUFSDPPrecision
 
 if TYPE_CHECKING:
-    import lightning.pytorch as pl
     from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
     from lightning.pytorch.accelerators import Accelerator
     from torch.distributed.device_mesh import DeviceMesh
@@ -179,13 +177,6 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
 
             # Lightning builds it on "cuda"; here it is the HPUs'.
             self.kwargs["device_mesh"] = init_device_mesh(sdk.DEVICE_TYPE, mesh)
-
-    @override
-    def setup(self, trainer: pl.Trainer) -> None:
-        """Move the model to the HPU (see ``_fsdp.move_to_hpu``), then wrap it in FSDP."""
-        assert self.model is not None
-        move_to_hpu(self.model, self.root_device)
-        super().setup(trainer)
 
     @override
     def lightning_module_state_dict(self) -> dict[str, Any]:

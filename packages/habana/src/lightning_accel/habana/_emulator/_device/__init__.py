@@ -58,14 +58,13 @@ on the card (eagerly, or accumulated into graphs in lazy mode), streams and even
 generator. Here the wrapper has no storage of its own: ``untyped_storage()`` and ``data_ptr()`` of an ``"hpu"``
 tensor answer with its backing memory (outside ``torch.compile``); in-place operations that change a tensor's shape,
 strides or storage (``squeeze_``, ``t_``, ``resize_``, ``set_``, a resized ``out=`` tensor) give the wrapper new
-metadata through torch's ``.data`` setter; sparse layouts are refused, as Gaudi has no sparse kernels; a host
-parameter cannot take an ``"hpu"`` tensor through ``param.data = hpu_tensor`` (torch
-allows ``.data`` swaps between its built-in dense devices only; move the module first), while an ``"hpu"`` tensor
-that autograd cannot still use can take host data and back (``_host_data``); moving a module from
-``"hpu"`` to the host gives it new parameter objects (on Gaudi ``Module._apply`` keeps them); page-locked host memory
-is ordinary host memory (see ``_pinned``); a storage restored to ``"hpu"`` by ``torch.load`` is a host storage
-presented as one of device ``"hpu"`` until the tensor is rebuilt on it (see ``_serialization``); and the speed is the
-backing device's plus the cost of one Python call per operation.
+metadata through torch's ``.data`` setter; sparse layouts are refused, as Gaudi has no sparse kernels;
+``tensor.data = ...`` between the host and ``"hpu"`` swaps the tensor's implementation (torch swaps data between its
+built-in dense devices only), which is refused while autograd may still use the tensor (``_host_data``); moving a
+module from ``"hpu"`` to the host gives it new parameter objects (on Gaudi ``Module._apply`` keeps them);
+page-locked host memory is ordinary host memory (see ``_pinned``); a storage restored to ``"hpu"`` by ``torch.load``
+is a host storage presented as one of device ``"hpu"`` until the tensor is rebuilt on it (see ``_serialization``); and
+the speed is the backing device's plus the cost of one Python call per operation.
 """
 
 from __future__ import annotations

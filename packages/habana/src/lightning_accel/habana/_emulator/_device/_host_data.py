@@ -22,8 +22,14 @@ that autograd holds, so that stays a clear error on the emulator.
 
 What differs from a Gaudi while the data is on the host: the object's class is :class:`HostDataTensor` (a Gaudi
 keeps the class), and its ``.grad`` and autograd hooks are those of the device implementation kept aside, so they are
-not visible until the data is back on the device. A tensor born on the host still cannot take ``"hpu"`` data this
-way (torch's own setter decides for plain tensors; see the emulator's docs).
+not visible until the data is back on the device.
+
+A tensor born on the host takes ``"hpu"`` data the same way (torch FSDP moves each unit of a host model to the device
+so, ``tensor.data = tensor.to(device_id)``, before it shards the unit): torch decides such a swap in its own C
+setter, which the device cannot reach for a plain tensor, so :func:`register` puts a ``data`` descriptor on
+``torch.Tensor`` that hands host tensors (and parameters) taking ``"hpu"`` data to :func:`give_device_data_to_host`
+and everything else to torch's setter. The object becomes an :class:`HPUTensor` (a parameter stays a
+``torch.nn.Parameter``), with the same refusal while autograd may use it.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["HostDataTensor", "give_device_data", "give_host_data"]
+__all__ = ["HostDataTensor", "give_device_data", "give_device_data_to_host", "give_host_data", "register"]
 
 _DATA: Any = torch._C.TensorBase.data
 _PARKED = "_lightning_accel_hpu_impl"
@@ -80,19 +86,7 @@ def give_host_data(tensor: torch.Tensor, value: torch.Tensor) -> None:
     """
     from ._tensor import HPUTensor, wrap
 
-    holders = tensor._use_count() - 1  # type: ignore[attr-defined]
-    if torch._C._current_graph_task_id() != -1 or (torch.is_grad_enabled() and holders):
-        # A backward pass running now, or one still to come for a graph recorded with this tensor (grad mode on and
-        # something holds it: views, saved tensors, its AccumulateGrad node), would use the device implementation,
-        # which the swap takes away. torch.utils.swap_tensors refuses such swaps for the same reason.
-        raise NotImplementedError(
-            f"An 'hpu' tensor cannot take a {value.device} tensor through `tensor.data = ...` on the emulated HPU "
-            f"while autograd may use it ({holders} other reference(s) with grad mode on, or a backward pass "
-            "running): the emulated HPU is a PrivateUse1 device, which torch does not let swap data with the host, "
-            "so the emulator swaps the tensor's implementation, which autograd would then miss. On a Gaudi this "
-            "runs. torch FSDP's cpu_offload=True does it and cannot run on the emulator; full state dicts gathered "
-            "with offload_to_cpu=True can."
-        )
+    _refuse_under_autograd(tensor, value)
     host = value.detach()
     if tensor.requires_grad and (host.is_floating_point() or host.is_complex()):
         host.requires_grad_(True)
@@ -120,3 +114,73 @@ def give_device_data(tensor: torch.Tensor, value: torch.Tensor) -> None:
     tensor.__dict__["_elem"] = parked.__dict__.pop("_elem")
     host: Any = parked
     host.__class__ = torch.Tensor
+
+
+def give_device_data_to_host(tensor: torch.Tensor, value: torch.Tensor) -> None:
+    """``tensor.data = value`` for a host tensor born there and an ``"hpu"`` ``value``: ``tensor`` becomes the latter.
+
+    The object keeps its identity, ``requires_grad`` and Python attributes; a parameter stays a parameter (an
+    ``"hpu"`` parameter is an :class:`HPUTensor` marked ``_is_param``, as torch makes parameters of wrapper tensors).
+    """
+    from ._tensor import HPUTensor
+
+    _refuse_under_autograd(tensor, value)
+    device = value.detach()
+    if tensor.requires_grad:
+        device.requires_grad_(True)
+    is_param, grad = isinstance(tensor, torch.nn.Parameter), tensor.grad
+    torch._C._swap_tensor_impl(tensor, device)
+    tensor.__class__ = HPUTensor
+    tensor.__dict__["_elem"] = device.__dict__.pop("_elem")
+    if is_param:
+        tensor.__dict__["_is_param"] = True
+    if grad is not None:
+        # A Gaudi keeps the host gradient until it is moved too (torch FSDP does so next); torch refuses a parameter
+        # a gradient of another device, so here it moves with the data.
+        tensor.grad = grad.to(value.device)
+    # `device` now holds the host implementation, which nothing refers to any more.
+    host: Any = device
+    host.__class__ = torch.Tensor
+
+
+def _refuse_under_autograd(tensor: torch.Tensor, value: torch.Tensor) -> None:
+    holders = tensor._use_count() - 1  # type: ignore[attr-defined]
+    if torch._C._current_graph_task_id() != -1 or (torch.is_grad_enabled() and holders):
+        # A backward pass running now, or one still to come for a graph recorded with this tensor (grad mode on and
+        # something holds it: views, saved tensors, its AccumulateGrad node), would use the implementation the swap
+        # takes away. torch.utils.swap_tensors refuses such swaps for the same reason.
+        raise NotImplementedError(
+            f"A tensor on {tensor.device} cannot take a tensor on {value.device} through `tensor.data = ...` on the "
+            f"emulated HPU while autograd may use it ({holders} other reference(s) with grad mode on, or a backward "
+            "pass running): the emulated HPU is a PrivateUse1 device, which torch does not let swap data with the "
+            "host, so the emulator swaps the tensor's implementation, which autograd would then miss. On a Gaudi "
+            "this runs. torch FSDP's cpu_offload=True does it and cannot run on the emulator; full state dicts "
+            "gathered with offload_to_cpu=True can, and FSDP moves a model that has not run a backward pass yet."
+        )
+
+
+class _TensorData:
+    """``torch.Tensor.data`` on the emulator: torch's getter and setter, and host tensors taking ``"hpu"`` data."""
+
+    def __get__(self, tensor: torch.Tensor | None, owner: type | None = None) -> Any:
+        if tensor is None:
+            return self
+        return _DATA.__get__(tensor, owner)
+
+    def __set__(self, tensor: torch.Tensor, value: torch.Tensor) -> None:
+        from ._tensor import HPUTensor
+
+        if (
+            type(value) is HPUTensor
+            and type(tensor) in (torch.Tensor, torch.nn.Parameter)
+            and tensor.device.type == "cpu"
+        ):
+            give_device_data_to_host(tensor, value)
+        else:
+            _DATA.__set__(tensor, value)
+
+
+def register() -> None:
+    """Let host tensors take ``"hpu"`` data through ``tensor.data = ...``, as on a Gaudi (see the module)."""
+    if not isinstance(torch.Tensor.__dict__.get("data"), _TensorData):
+        torch.Tensor.data = _TensorData()  # type: ignore[assignment]

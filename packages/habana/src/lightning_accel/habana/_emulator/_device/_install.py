@@ -13,6 +13,7 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 from ._backend import REQUIRED_MODULE_ATTRIBUTES, DeviceGuard, DeviceModule, Hooks
 from ._devices import DEVICE_TYPE, backing_of, current_index
 from ._generator import register as register_generator
+from ._host_data import register as register_host_data
 from ._kernels import register_kernels
 from ._pinned import register as register_pinned
 from ._serialization import register as register_serialization
@@ -88,6 +89,7 @@ def install(backend_module: Any = None) -> None:
         register_serialization()
         register_pinned()
         register_generator()
+        register_host_data()
         _skip_in_dynamo()
         _backward_on_the_calling_thread()
         _installed = True
