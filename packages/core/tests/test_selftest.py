@@ -94,9 +94,14 @@ def _selftest(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_json_report_has_every_outcome_its_time_and_the_environment(fake_plugins: dict[str, str]) -> None:
-    done = _selftest(fake_plugins, "--json")
+def test_json_report_has_every_outcome_its_time_and_the_environment(
+    fake_plugins: dict[str, str], tmp_path: Path
+) -> None:
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
+    done = _selftest({**fake_plugins, "TMPDIR": str(temporary)}, "--json")
     assert done.returncode == 1, done.stderr  # a check failed
+    assert list(temporary.iterdir()) == []  # the crashed process's scratch folder too
     report = json.loads(done.stdout)
     outcome = {check["name"]: (check["status"], check["detail"]) for check in report["checks"]}
     assert list(outcome) == [

@@ -54,6 +54,10 @@ def train_func(config: dict[str, Any]) -> None:
 
     context = ray.train.get_context()
     rank = context.get_world_rank()
+    # RayTrainReportCallback stages each checkpoint in the system's temporary folder and leaves the folder there.
+    staging = out / f"staging-rank{rank}"
+    staging.mkdir(exist_ok=True)
+    tempfile.tempdir = str(staging)
     crash_marker = out / "crashed-once"
     attempt = 1 if crash_marker.exists() else 0
 

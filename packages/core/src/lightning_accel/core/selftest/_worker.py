@@ -17,9 +17,10 @@ from lightning_accel.core.plugin import import_target
 from lightning_accel.core.selftest.checks import CheckContext, CheckSkipped
 
 
-def _run_one(target: str, devices: int) -> dict[str, object]:
+def _run_one(target: str, devices: int, parent: Path) -> dict[str, object]:
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="lightning-accel-selftest-") as workdir:
+    # Inside the parent's folder, which the parent removes even when a check kills this process.
+    with tempfile.TemporaryDirectory(prefix="check-", dir=parent) as workdir:
         try:
             detail = str(import_target(target)(CheckContext(workdir=Path(workdir), devices=devices)) or "")
             status = "passed"
@@ -38,7 +39,7 @@ def _run_one(target: str, devices: int) -> dict[str, object]:
 def main(argv: list[str]) -> int:
     results, devices, targets = Path(argv[0]), int(argv[1]), argv[2:]
     for target in targets:
-        outcome = _run_one(target, devices)
+        outcome = _run_one(target, devices, results.parent)
         with results.open("a", encoding="utf-8") as out:
             out.write(json.dumps(outcome) + "\n")
     return 0
