@@ -9,9 +9,9 @@ import torch
 from _habana_helpers import digits_classifier, digits_loaders
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import DeviceStatsMonitor
-from lightning.pytorch.loggers import Logger
 
 import lightning_accel.habana  # noqa: F401  (registers the plugins before the registry is inspected)
+from lightning_accel.core.testing.throughput import MemoryLogger
 from lightning_accel.habana import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy
 from lightning_accel.habana._emulator import core as emulated_core
 
@@ -98,26 +98,6 @@ def test_string_selection_parallel(name: str) -> None:
     assert isinstance(auto.strategy, HPUParallelStrategy)
 
 
-class _MemoryLogger(Logger):
-    def __init__(self) -> None:
-        super().__init__()
-        self.metrics: list[dict[str, float]] = []
-
-    @property
-    def name(self) -> str:
-        return "memory"
-
-    @property
-    def version(self) -> str:
-        return "0"
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.metrics.append(dict(metrics))
-
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
 KEYS = (
     "Limit",
     "InUse",
@@ -133,7 +113,7 @@ KEYS = (
 
 
 def _device_stats(hidden: int) -> dict[str, float]:
-    logger = _MemoryLogger()
+    logger = MemoryLogger()
     train, _ = digits_loaders()
     trainer = Trainer(
         accelerator=HPUAccelerator(),
@@ -146,7 +126,7 @@ def _device_stats(hidden: int) -> dict[str, float]:
     )
     trainer.fit(digits_classifier(hidden=hidden), train)
     prefix = "DeviceStatsMonitor.on_train_batch_end/"
-    logged = [m for m in logger.metrics if any(k.startswith(prefix) for k in m)]
+    logged = [m for m in logger.logged if any(k.startswith(prefix) for k in m)]
     assert logged, "DeviceStatsMonitor logged nothing"
     return {key.removeprefix(prefix): value for key, value in logged[-1].items() if key.startswith(prefix)}
 

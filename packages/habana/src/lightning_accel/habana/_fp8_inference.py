@@ -164,9 +164,9 @@ def convert(module: torch.nn.Module, quant: Any, fp8_data_path: str | os.PathLik
         ) from exc
     # INC reads the config back from a JSON file; given none, it writes one to the system's temporary folder and never
     # removes it (``FP8Config.save_temp_json_file``). Ours goes into the fp8 data folder, one per mode.
-    folder = Path(config_dict["dump_stats_path"]).parents[1]
-    config_file = folder / f"inc_{str(config_dict['mode']).lower()}_config.json"
-    folder.mkdir(parents=True, exist_ok=True)
+    data_folder = Path(config_dict["dump_stats_path"]).parents[1]
+    config_file = data_folder / f"inc_{str(config_dict['mode']).lower()}_config.json"
+    data_folder.mkdir(parents=True, exist_ok=True)
     config.to_json_file(str(config_file))
     config.json_file = str(config_file)
     if config.measure:
@@ -174,7 +174,7 @@ def convert(module: torch.nn.Module, quant: Any, fp8_data_path: str | os.PathLik
             inc.prepare(module, config)
         return True
     try:
-        with _no_launcher_ranks(), _temporary_files_in(folder):
+        with _no_launcher_ranks(), _temporary_files_in(data_folder):
             inc.convert(module, config)
     except FileNotFoundError as exc:
         folder = Path(config_dict["dump_stats_path"]).parent
