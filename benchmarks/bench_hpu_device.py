@@ -1,4 +1,4 @@
-"""The emulated "hpu" torch device (lightning_accel.habana._emulator._device) against stock CPU tensors.
+"""The emulated "hpu" torch device (lightning_accel.habana_emulator._device) against stock CPU tensors.
 
 Two measurements, both in one process with 1 torch thread:
 
@@ -51,7 +51,7 @@ os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "hpu")
 import torch
 import torch.nn.functional as F
 
-from lightning_accel.habana._emulator._device import install
+from lightning_accel.habana_emulator._device import install
 
 RESULTS = Path(__file__).parent / "results"
 SIZES = {"tiny": (256, 16), "compute-bound": (2048, 256)}
@@ -224,7 +224,7 @@ def make_step(variant: str, hidden: int, batch: int) -> Callable[[], None]:
         step()
     if variant != "hpu graph replay":
         return step
-    from lightning_accel.habana._emulator.hpu.graphs import HPUGraph, graph
+    from lightning_accel.habana_emulator.hpu.graphs import HPUGraph, graph
 
     optimizer.zero_grad(set_to_none=True)
     hpu_graph = HPUGraph()
@@ -269,7 +269,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     install()
-    import lightning_accel.habana._emulator.dynamo.compile_backend  # noqa: F401  (registers hpu_backend, as the SDK)
+    import lightning_accel.habana_emulator.dynamo.compile_backend  # noqa: F401  (registers hpu_backend, as the SDK)
 
     ops = per_op_us(args.op_calls)
     runs: dict[str, Any] = {}

@@ -110,14 +110,24 @@ def loading_sdk() -> bool:
     return _sdk_loads > 0
 
 
+def _is_emulator(package: str) -> bool:
+    """Whether ``package`` is an emulator distribution's package (an emulated SDK's target), not a vendor package."""
+    import _lightning_accel_sdk_aliases
+
+    return package in _lightning_accel_sdk_aliases.aliases().values()
+
+
 class sdk_load:
     """Context of loading an emulated SDK as a side effect (torch's backend autoload, an import of the SDK's name).
 
-    ``emulator`` is the emulator's module; its vendor package is the one the load imports. That import is not the
-    user's request to register plugins, so ``LIGHTNING_ACCEL_AUTOLOAD=0`` still holds, for a vendor package that
-    declares ``_REGISTERS_ON_IMPORT = True``: imported first by the load, it is forgotten afterwards (its modules
-    stay), so that the user's own ``import lightning_accel.<vendor>`` runs its ``__init__`` again, which registers.
-    For any other vendor package, importing it registers, as always.
+    ``emulator`` is the emulator's module (or one of its submodules). The load may import vendor packages: the one
+    an emulator lives in (``lightning_accel.<vendor>._emulator``), and the ones whose plugin specs the emulation
+    settings read. Those imports are not the user's request to register plugins, so ``LIGHTNING_ACCEL_AUTOLOAD=0``
+    still holds, for a vendor package that declares ``_REGISTERS_ON_IMPORT = True``: imported first by the load, it
+    is forgotten afterwards (its modules stay), so that the user's own ``import lightning_accel.<vendor>`` runs its
+    ``__init__`` again, which registers. For the emulator's own vendor package without that flag, importing it
+    registers, as always. An emulator that is a distribution of its own (``lightning_accel.habana_emulator``, the
+    target of an emulated SDK's prefix) is no vendor package: its load registers nothing.
     """
 
     def __init__(self, emulator: str) -> None:
@@ -126,18 +136,29 @@ class sdk_load:
     def __enter__(self) -> None:
         global _sdk_loads
         _sdk_loads += 1
-        self._first = self._vendor not in sys.modules
+        self._before = set(_vendor_packages())
 
     def __exit__(self, *exc: object) -> None:
         global _sdk_loads
         _sdk_loads -= 1
-        vendor = sys.modules.get(self._vendor)
-        if _sdk_loads or vendor is None or not self._first:
+        if _sdk_loads:
             return
-        if not getattr(vendor, "_REGISTERS_ON_IMPORT", False):
-            install(explicit=True)
-        elif not _autoload_on():
-            del sys.modules[self._vendor]
+        imported = {name: module for name, module in _vendor_packages().items() if name not in self._before}
+        for name, module in imported.items():
+            if getattr(module, "_REGISTERS_ON_IMPORT", False) and not _autoload_on():
+                del sys.modules[name]
+        vendor = imported.get(self._vendor)
+        if vendor is None or getattr(vendor, "_REGISTERS_ON_IMPORT", False) or _is_emulator(self._vendor):
+            return
+        install(explicit=True)
+
+
+def _vendor_packages() -> "dict[str, Any]":
+    return {
+        name: module
+        for name, module in list(sys.modules.items())
+        if name.count(".") == 1 and name.startswith("lightning_accel.")
+    }
 
 
 def install(explicit: bool = False) -> None:

@@ -5,7 +5,7 @@ emulator, exactly as it gets the SDK on a Gaudi machine. A vendor distribution d
 emulator stands in for, in the entry-point group ``lightning_accel.emulated_sdks.<device type>``::
 
     [project.entry-points."lightning_accel.emulated_sdks.hpu"]
-    "habana_frameworks.torch" = "lightning_accel.habana._emulator"
+    "habana_frameworks.torch" = "lightning_accel.habana_emulator"
 
 :func:`install` puts one finder at the front of ``sys.meta_path``. For a device type named in
 ``LIGHTNING_ACCEL_EMULATE`` (or ``all``) the finder answers imports of the declared prefix and its submodules with

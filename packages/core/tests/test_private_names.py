@@ -96,7 +96,7 @@ OURS = {
     "_trainer": "IPUStrategy's own attribute (LightningModule._trainer, read by deepspeed-hpu, is declared)",
     "_unwrap": "a helper function of lightning_accel.habana.graphs",
 }
-SKIPPED_DIRS = {"_emulator", "testing", "twins"}
+SKIPPED_DIRS = {"_emulator", "habana_emulator", "testing", "twins"}
 
 
 def _lightning_private_names() -> set[str]:

@@ -16,9 +16,6 @@ import pytest
 os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "hpu")
 os.environ.setdefault("LIGHTNING_ACCEL_EMULATED_DEVICES", "8")
 
-# The OpInfo suite's pass rates, printed at the end of the session (also by the xdist controller).
-from _opinfo_report import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401
-
 from lightning_accel.core.emulation import emulation_settings, reset_emulation_settings
 from lightning_accel.core.testing.markers import skip_by_emulation
 
@@ -42,7 +39,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
 
 def _switch_emulated_mode(lazy: bool) -> bool:
     """On the emulator, load the SDK in the other mode; returns the mode it had. Emulator only."""
-    from lightning_accel.habana._emulator import core as emulated_core
+    from lightning_accel.habana_emulator import core as emulated_core
 
     before = emulated_core.is_lazy()
     emulated_core._load_mode(lazy)

@@ -30,7 +30,7 @@ def test_torch_lists_the_backends_right_after_import_torch_and_loads_nothing() -
             "names = {'hpu_backend', 'aot_hpu_training_backend', 'aot_hpu_inference_backend'}\n"
             "missing = names - set(torch._dynamo.list_backends(exclude_tags=()))\n"
             "assert not missing, f'not listed: {missing}'\n"
-            "sdk = ('habana_frameworks', 'lightning_accel.habana._emulator')\n"
+            "sdk = ('habana_frameworks', 'lightning_accel.habana_emulator')\n"
             "loaded = [m for m in sys.modules if m.startswith(sdk)]\n"
             "assert not loaded, f'listing the backends imported {loaded}'\n"
         ),

@@ -11,7 +11,7 @@ import torch
 from _habana_helpers import PYTHON, SCRIPTS, digits_loaders, free_port, script_env
 from lightning.fabric import Fabric
 
-from lightning_accel.habana._emulator import core as emulated_core
+from lightning_accel.habana_emulator import core as emulated_core
 from lightning_accel.habana.fabric import HPUAccelerator, HPUCheckpointIO, SingleHPUStrategy
 
 

@@ -395,7 +395,7 @@ def test_module_cacher_first_call_runs_the_forward_once() -> None:
 
 
 def test_replay_before_any_capture_only_marks_a_step_and_during_capture_is_refused() -> None:
-    from lightning_accel.habana._emulator import core as emulated_core
+    from lightning_accel.habana_emulator import core as emulated_core
 
     g = htcore.hpu.HPUGraph()
     before = emulated_core._marked_steps()
@@ -481,7 +481,7 @@ def test_views_made_in_the_capture_follow_the_replayed_data() -> None:
 
 @pytest.mark.emulator_only
 def test_a_replay_runs_on_the_backing_tensors_without_the_device_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning_accel.habana._emulator._device import HPUTensor
+    from lightning_accel.habana_emulator._device import HPUTensor
 
     net, optimizer = _hpu_step_model()
     static_x = torch.randn(BATCH, 16, device="hpu")

@@ -22,7 +22,7 @@ import lightning as L
 import habana_frameworks.torch.hpu as hpu
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.habana import HPUPrecisionPlugin
-from lightning_accel.habana._emulator.hpu import _devices
+from lightning_accel.habana_emulator.hpu import _devices
 
 report = {}
 try:

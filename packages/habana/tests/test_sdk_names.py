@@ -29,7 +29,7 @@ def test_user_code_imports_the_sdk_by_its_real_names() -> None:
         "import sys\n"
         "htcore.mark_step()\n"
         "assert htcore.hpu is hthpu, 'one module object under both names'\n"
-        "assert sys.modules['habana_frameworks.torch.core'] is sys.modules['lightning_accel.habana._emulator.core']\n"
+        "assert sys.modules['habana_frameworks.torch.core'] is sys.modules['lightning_accel.habana_emulator.core']\n"
         "print(get_device_name(), hthpu.device_count())\n",
         LIGHTNING_ACCEL_EMULATED_DEVICES="4",
     )

@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import DeviceStatsMonitor
 import lightning_accel.habana  # noqa: F401  (registers the plugins before the registry is inspected)
 from lightning_accel.core.testing.throughput import MemoryLogger
 from lightning_accel.habana import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy
-from lightning_accel.habana._emulator import core as emulated_core
+from lightning_accel.habana_emulator import core as emulated_core
 
 QUIET: dict[str, Any] = {"enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
 

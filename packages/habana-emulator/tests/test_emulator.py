@@ -7,11 +7,16 @@ import subprocess
 
 import pytest
 import torch
-from _habana_helpers import PYTHON, script_env
+from _emulator_helpers import PYTHON, script_env
 
-from lightning_accel.habana import sdk
-from lightning_accel.habana._emulator import core as emulated_core
-from lightning_accel.habana._emulator.hpu import _devices as emulated_device
+from lightning_accel.habana_emulator import core as emulated_core
+from lightning_accel.habana_emulator.hpu import _devices as emulated_device
+
+import habana_frameworks.torch.core as htcore  # the emulated SDK, by its own names
+import habana_frameworks.torch.distributed.hccl as hccl_module
+import habana_frameworks.torch.hpu as hpu_module
+
+HPU = torch.device("hpu")
 
 # Reads the emulator's internals (or stands in for the SDK): not a test of real hardware.
 pytestmark = pytest.mark.emulator_only
@@ -49,17 +54,17 @@ def test_an_invalid_mode_is_refused_at_load_naming_the_variable() -> None:
 
 def test_mark_step_counts_only_in_lazy_mode(lazy_mode: None) -> None:
     before = emulated_core._marked_steps()
-    sdk.htcore.mark_step()
-    sdk.htcore.mark_step(sync=True)
+    htcore.mark_step()
+    htcore.mark_step(sync=True)
     assert emulated_core._marked_steps() == before + 2
     emulated_core._load_mode(False)
-    sdk.htcore.mark_step()
+    htcore.mark_step()
     assert emulated_core._marked_steps() == before + 2
 
 
 def test_device_queries(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("LIGHTNING_ACCEL_EMULATED_DEVICES", "4")
-    hpu = sdk.hpu
+    hpu = hpu_module
     assert hpu.is_available() is True
     assert hpu.device_count() == 4
     assert hpu.get_device_name() == "GAUDI2 (emulated)"
@@ -80,23 +85,23 @@ def test_device_queries(clean_env: pytest.MonkeyPatch) -> None:
 
 def test_visible_modules_restrict_the_count(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("HABANA_VISIBLE_MODULES", "0,2")
-    assert sdk.hpu.device_count() == 2
+    assert hpu_module.device_count() == 2
     clean_env.setenv("HABANA_VISIBLE_MODULES", "0,9")
     with pytest.raises(ValueError, match=r"HABANA_VISIBLE_MODULES='0,9' names module\(s\) '9'"):
-        sdk.hpu.device_count()
+        hpu_module.device_count()
 
 
 def test_rng_state_round_trip_reproduces_draws() -> None:
-    hpu = sdk.hpu
+    hpu = hpu_module
     hpu.manual_seed(1234)
     assert hpu.initial_seed() == 1234
     state = hpu.get_rng_state()
-    first = torch.rand(5, device=sdk.device())
+    first = torch.rand(5, device=HPU)
     hpu.set_rng_state(state)
-    again = torch.rand(5, device=sdk.device())
+    again = torch.rand(5, device=HPU)
     assert torch.equal(first, again)
     hpu.manual_seed(99)
-    assert not torch.equal(torch.rand(5, device=sdk.device()), first)
+    assert not torch.equal(torch.rand(5, device=HPU), first)
     with pytest.raises(TypeError, match=r"new_state must be a torch\.ByteTensor"):
         hpu.set_rng_state(torch.zeros(3))
 
@@ -116,11 +121,11 @@ MEMORY_KEYS = {
 
 
 def test_memory_stats_follow_real_allocations() -> None:
-    hpu = sdk.hpu
+    hpu = hpu_module
     base = hpu.memory_stats()
     assert set(base) == MEMORY_KEYS
     assert base["Limit"] > 0
-    big = torch.empty(4 * 1024 * 1024, dtype=torch.uint8, device=sdk.device())  # 4 MiB
+    big = torch.empty(4 * 1024 * 1024, dtype=torch.uint8, device=HPU)  # 4 MiB
     grown = hpu.memory_stats()
     # Exact accounting of the device's allocations: one allocation of exactly 4 MiB.
     assert grown["InUse"] == base["InUse"] + big.numel()
@@ -140,17 +145,17 @@ def test_memory_stats_follow_real_allocations() -> None:
 
 
 def test_memory_stats_see_gradients() -> None:
-    layer = torch.nn.Linear(256, 256).to(sdk.device())
-    before = sdk.hpu.memory_allocated()
-    layer(torch.randn(8, 256, device=sdk.device())).sum().backward()
+    layer = torch.nn.Linear(256, 256).to(HPU)
+    before = hpu_module.memory_allocated()
+    layer(torch.randn(8, 256, device=HPU)).sum().backward()
     # The gradients (weight + bias) stay on the device; the activations of the step are freed.
-    assert sdk.hpu.memory_allocated() == before + 4 * (256 * 256 + 256)
+    assert hpu_module.memory_allocated() == before + 4 * (256 * 256 + 256)
 
 
 def test_initialize_distributed_hpu_sets_the_environment(clean_env: pytest.MonkeyPatch) -> None:
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID", "HABANA_VISIBLE_MODULES"):
         clean_env.delenv(name, raising=False)
-    hccl = sdk.hccl
+    hccl = hccl_module
     assert hccl.initialize_distributed_hpu(world_size=4, rank=3, local_rank=1) == (4, 3, 1)
     assert (os.environ["WORLD_SIZE"], os.environ["RANK"], os.environ["LOCAL_RANK"]) == ("4", "3", "1")
     assert os.environ["HLS_MODULE_ID"] == "1"
@@ -164,7 +169,7 @@ def test_initialize_distributed_hpu_reads_mpi_variables(clean_env: pytest.Monkey
     clean_env.setenv("OMPI_COMM_WORLD_SIZE", "2")
     clean_env.setenv("OMPI_COMM_WORLD_RANK", "1")
     clean_env.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
-    assert sdk.hccl.initialize_distributed_hpu() == (2, 1, 1)
+    assert hccl_module.initialize_distributed_hpu() == (2, 1, 1)
     assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("localhost", "12345")
 
 
@@ -177,7 +182,7 @@ def test_initialize_distributed_hpu_fails_with_too_few_devices(clean_env: pytest
         match=r"There is not enough devices available for training\. Please verify if "
         r"HABANA_VISIBLE_MODULES is set correctly\.",
     ):
-        sdk.hccl.initialize_distributed_hpu(world_size=4, rank=2, local_rank=2)
+        hccl_module.initialize_distributed_hpu(world_size=4, rank=2, local_rank=2)
 
 
 # --- what DeepSpeed's HPU accelerator calls ------------------------------------------------------------------------
@@ -187,7 +192,7 @@ def test_fused_adamw_op_matches_torch_adamw(lazy_mode: None) -> None:  # the laz
     torch.manual_seed(0)
     lr, betas, eps, weight_decay, steps = 0.01, (0.9, 0.999), 1e-8, 0.1, 3
     reference = torch.nn.Parameter(torch.randn(5, 3))
-    fused = torch.nn.Parameter(reference.detach().clone().to(sdk.device()))
+    fused = torch.nn.Parameter(reference.detach().clone().to(HPU))
     optimizer = torch.optim.AdamW([reference], lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     exp_avg = torch.zeros_like(fused)
     exp_avg_sq = torch.zeros_like(fused)
@@ -197,9 +202,9 @@ def test_fused_adamw_op_matches_torch_adamw(lazy_mode: None) -> None:  # the laz
         optimizer.step()
         # As DeepSpeed's HPU FusedAdam calls it: bias correction folded into the step, decay as a multiplier.
         step_size = lr * (1 - betas[1] ** step) ** 0.5 / (1 - betas[0] ** step)
-        neg_step = torch.tensor([-step_size], device=sdk.device())
+        neg_step = torch.tensor([-step_size], device=HPU)
         torch.ops.hpu.optimizer_adamw(
-            [grad.to(sdk.device())], [fused], [exp_avg], [exp_avg_sq], neg_step, *betas, eps, 1.0 - weight_decay * lr
+            [grad.to(HPU)], [fused], [exp_avg], [exp_avg_sq], neg_step, *betas, eps, 1.0 - weight_decay * lr
         )
     assert fused.device.type == "hpu"
     torch.testing.assert_close(fused.detach().cpu(), reference.detach())
@@ -214,12 +219,12 @@ def test_pinned_host_memory_for_the_hpu() -> None:
 
 
 def test_streams_and_events_for_deepspeed() -> None:
-    hpu = sdk.hpu
+    hpu = hpu_module
     stream = hpu.current_stream()
     assert isinstance(stream, torch.Stream) and stream == hpu.default_stream()
-    tensor = torch.ones(4, device=sdk.device())
+    tensor = torch.ones(4, device=HPU)
     tensor.record_stream(stream)  # ZeRO-3 records its buffers on the current stream
-    start, end = sdk.htcore.hpu.Event(enable_timing=True), hpu.Event(enable_timing=True)
+    start, end = htcore.hpu.Event(enable_timing=True), hpu.Event(enable_timing=True)
     with hpu.stream(hpu.Stream()):
         start.record()
         end.record()
@@ -234,13 +239,12 @@ def test_a_free_the_garbage_collector_runs_inside_the_accounting_does_not_deadlo
     import gc
     import threading
 
-    from lightning_accel.habana._emulator._device._accounting import allocations
+    from lightning_accel.habana_emulator._device._accounting import allocations
 
-    sdk.ht_module()
     finished = threading.Event()
 
     def free_while_holding_the_lock() -> None:
-        tensor = torch.ones(16, device=sdk.device())
+        tensor = torch.ones(16, device=HPU)
         cycle: list[object] = [tensor]
         cycle.append(cycle)  # only the collector frees it
         del tensor, cycle

@@ -1,4 +1,4 @@
-"""The emulated HPU as the torch device ``"hpu"`` (``_emulator._device``).
+"""The emulated HPU as the torch device ``"hpu"`` (``habana_emulator._device``).
 
 Installing the device renames torch's PrivateUse1 backend and cannot be undone in a process, so these tests run in
 one child pytest process of their own (``_child_pytest``), away from what the rest of the suite did to its process:
@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 import torch
 from _child_pytest import isolated_in_child
-from _habana_helpers import free_port, script_env
+from _emulator_helpers import free_port, script_env
 
 # Reads the emulator's internals (or stands in for the SDK): not a test of real hardware.
 pytestmark = pytest.mark.emulator_only
 
 
 def _install() -> None:
-    from lightning_accel.habana._emulator._device import install
+    from lightning_accel.habana_emulator._device import install
 
     install()
 
@@ -135,8 +135,8 @@ def test_device_indices() -> None:
 
 @isolated
 def test_torch_hpu_module() -> None:
-    from lightning_accel.habana._emulator import hpu as sdk_hpu
-    from lightning_accel.habana._emulator._device import install
+    from lightning_accel.habana_emulator import hpu as sdk_hpu
+    from lightning_accel.habana_emulator._device import install
 
     install()  # again: nothing happens
     assert torch._C._get_privateuse1_backend_name() == "hpu"
@@ -340,7 +340,7 @@ def test_an_error_in_a_backward_pass_is_raised_not_fatal() -> None:
 
 @isolated
 def test_data_setter_replaces_the_data() -> None:
-    from lightning_accel.habana._emulator._device import unwrap
+    from lightning_accel.habana_emulator._device import unwrap
 
     param = torch.nn.Parameter(torch.ones(3, device="hpu"))
     param.data = torch.full((3,), 4.0, device="hpu")
@@ -389,7 +389,7 @@ def test_manual_seed_makes_hpu_random_numbers_reproducible() -> None:
     torch.manual_seed(123)
     assert torch.equal(torch.randn(5, device="hpu").cpu(), first)
     assert torch.equal(torch.nn.functional.dropout(torch.ones(100, device="hpu"), 0.5).cpu(), dropped)
-    # On the CPU backing the emulated HPU draws from the CPU generator (documented in _emulator._device).
+    # On the CPU backing the emulated HPU draws from the CPU generator (documented in habana_emulator._device).
     torch.manual_seed(123)
     assert torch.equal(torch.randn(5), first)
     torch.hpu.manual_seed_all(7)
@@ -448,7 +448,7 @@ def test_state_dict_round_trip(tmp_path: Path) -> None:
 
 @isolated
 def test_memory_accounting_is_exact() -> None:
-    from lightning_accel.habana._emulator._device import memory_snapshot, reset_peak
+    from lightning_accel.habana_emulator._device import memory_snapshot, reset_peak
 
     before = memory_snapshot()
     tensor = torch.empty(MIB // 4, dtype=torch.float32, device="hpu")  # exactly 1 MiB
@@ -483,7 +483,7 @@ def test_memory_accounting_is_exact() -> None:
 
 @isolated
 def test_memory_accounting_sees_tensors_held_by_autograd() -> None:
-    from lightning_accel.habana._emulator._device import memory_snapshot
+    from lightning_accel.habana_emulator._device import memory_snapshot
 
     weight = torch.randn(256, 256, device="hpu", requires_grad=True)
     start = memory_snapshot().in_use
@@ -507,7 +507,7 @@ _ALL_REDUCE_SCRIPT = textwrap.dedent(
     import os, sys
     import torch
     import torch.distributed as dist
-    from lightning_accel.habana._emulator._device import install
+    from lightning_accel.habana_emulator._device import install
     install()
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo", rank=rank, world_size=2)

@@ -1,4 +1,4 @@
-"""``torch.compile`` over tensors of the emulated ``"hpu"`` device (``_emulator._device``, ``hpu_backend``).
+"""``torch.compile`` over tensors of the emulated ``"hpu"`` device (``habana_emulator._device``, ``hpu_backend``).
 
 The device cannot be uninstalled from a process, so, as in ``test_hpu_device.py``, these tests run in one child
 pytest process of their own and each test here reports the outcome of the same test in that child.
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.emulator_only
 
 
 def _fresh_dynamo() -> None:
-    from lightning_accel.habana._emulator._device import install
+    from lightning_accel.habana_emulator._device import install
 
     install()
     torch._dynamo.reset()
@@ -36,7 +36,7 @@ class _SpyBackend:
         self.graphs: list[torch.fx.GraphModule] = []
 
     def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
-        from lightning_accel.habana._emulator.dynamo.compile_backend.backends import hpu_backend
+        from lightning_accel.habana_emulator.dynamo.compile_backend.backends import hpu_backend
 
         self.graphs.append(graph_module)
         return hpu_backend(graph_module, example_inputs, **kwargs)
@@ -60,7 +60,7 @@ def _mlp() -> torch.nn.Module:
 
 @isolated
 def test_backend_compiles_a_graph_whose_forward_equals_eager() -> None:
-    from lightning_accel.habana._emulator._device import HPUTensor, allocations
+    from lightning_accel.habana_emulator._device import HPUTensor, allocations
 
     model = torch.nn.Linear(4, 2).to("hpu")
     x = torch.randn(3, 4, device="hpu")
@@ -197,7 +197,7 @@ def test_the_compiled_graph_runs_on_the_backing_tensors() -> None:
     # AOTAutograd unwraps the "hpu" inputs to their backing tensors and Inductor's code for the backing device runs
     # the whole graph, forward and backward: none of its operations goes through the device's Python dispatch. Only
     # what runs outside the graph does (AccumulateGrad's detach and add_ of the gradients into the parameters).
-    from lightning_accel.habana._emulator._device import HPUTensor
+    from lightning_accel.habana_emulator._device import HPUTensor
 
     model = _mlp()
     x = torch.randn(16, 8, device="hpu")

@@ -11,7 +11,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from _habana_helpers import PYTHON, script_env
+from _emulator_helpers import PYTHON, script_env
 
 pytestmark = pytest.mark.emulator_only  # a fresh process each, with the variables the SDK reads unset
 

@@ -3,7 +3,7 @@ nothing the SDK lacks; what it cannot provide honestly refuses, by name, with th
 
 The table (``data/habana_1_19_api.json``) is generated from gaudi-pytorch-bridge 1.19.0 (the Transformer Engine from
 1.18.0, see its ``te_source``) by ``data/generate_habana_api.py``; the not-emulated list is
-``lightning_accel.habana._emulator._not_emulated``.
+``lightning_accel.habana_emulator._not_emulated``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.emulator_only
 DATA = Path(__file__).parent / "data"
 TABLE: dict[str, dict[str, Any]] = json.loads((DATA / "habana_1_19_api.json").read_text())["modules"]
 SDK = "habana_frameworks.torch"
-EMULATOR = "lightning_accel.habana._emulator"
+EMULATOR = "lightning_accel.habana_emulator"
 TE = f"{SDK}.hpex.experimental.transformer_engine"
 
 

@@ -6,17 +6,17 @@ the real modules:
 ========================================  ==============================================
 SDK module                                Emulator module
 ========================================  ==============================================
-``habana_frameworks.torch``               ``lightning_accel.habana._emulator``
-``habana_frameworks.torch.core``          ``lightning_accel.habana._emulator.core``
-``habana_frameworks.torch.hpu``           ``lightning_accel.habana._emulator.hpu``
-``habana_frameworks.torch.distributed``   ``lightning_accel.habana._emulator.distributed``
-``...distributed.hccl``                   ``lightning_accel.habana._emulator.distributed.hccl``
-``...utils.library_loader``               ``lightning_accel.habana._emulator.utils.library_loader``
-``...utils.internal`` / ``.experimental``  ``lightning_accel.habana._emulator.utils.internal`` / ``.experimental``
-``...core.step_closure``                  ``lightning_accel.habana._emulator.core.step_closure``
-``...hpex``                               ``lightning_accel.habana._emulator.hpex``
+``habana_frameworks.torch``               ``lightning_accel.habana_emulator``
+``habana_frameworks.torch.core``          ``lightning_accel.habana_emulator.core``
+``habana_frameworks.torch.hpu``           ``lightning_accel.habana_emulator.hpu``
+``habana_frameworks.torch.distributed``   ``lightning_accel.habana_emulator.distributed``
+``...distributed.hccl``                   ``lightning_accel.habana_emulator.distributed.hccl``
+``...utils.library_loader``               ``lightning_accel.habana_emulator.utils.library_loader``
+``...utils.internal`` / ``.experimental``  ``lightning_accel.habana_emulator.utils.internal`` / ``.experimental``
+``...core.step_closure``                  ``lightning_accel.habana_emulator.core.step_closure``
+``...hpex``                               ``lightning_accel.habana_emulator.hpex``
 ``...experimental.transformer_engine``    ``..._emulator.hpex.experimental.transformer_engine``
-``...dynamo.compile_backend``             ``lightning_accel.habana._emulator.dynamo.compile_backend``
+``...dynamo.compile_backend``             ``lightning_accel.habana_emulator.dynamo.compile_backend``
 ========================================  ==============================================
 
 With ``LIGHTNING_ACCEL_EMULATE=hpu`` the SDK's names resolve to these modules (the same module objects): the

@@ -7,9 +7,9 @@ with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``). The SDK then imports ``habana_framewo
 (``PT_HPU_LAZY_MODE`` unset or ``0`` since SDK 1.21). So in eager mode the SDK has loaded, and read the environment
 variables it reads at load, before the first line after ``import torch`` runs.
 
-lightning-accel-habana declares the same kind of entry point for the emulator, which does the same when
+lightning-accel-habana-emulator declares the same kind of entry point for the emulator, which does the same when
 ``LIGHTNING_ACCEL_EMULATE`` asks for HPUs and does nothing otherwise (on a Gaudi machine the SDK's own entry point
-is the one that loads).
+is the one that loads). It serves emulation only, so it ships with the emulator, not with lightning-accel-habana.
 
 A top-level module kept to the standard library on purpose: torch runs the entry point in every ``import torch``
 of the environment, so it must not import lightning-accel (which registers into Lightning) unless emulation is on.
@@ -46,8 +46,8 @@ def load_emulated_sdk() -> None:
     import _lightning_accel_autoload  # type: ignore[import-untyped]  # the core's start-up hook, no py.typed
 
     try:
-        # The load imports lightning-accel, which is no request to register (LIGHTNING_ACCEL_AUTOLOAD=0 holds).
-        with _lightning_accel_autoload.sdk_load("lightning_accel.habana._emulator"):
+        # The load imports lightning-accel-core, which is no request to register (LIGHTNING_ACCEL_AUTOLOAD=0 holds).
+        with _lightning_accel_autoload.sdk_load("lightning_accel.habana_emulator"):
             import habana_frameworks.torch  # noqa: F401
     except Exception as exc:  # a failing backend entry point would make `import torch` itself fail
         import warnings

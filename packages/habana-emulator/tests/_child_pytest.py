@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _habana_helpers import PYTHON, script_env
+from _emulator_helpers import PYTHON, script_env
 
 __all__ = ["isolated_in_child"]
 

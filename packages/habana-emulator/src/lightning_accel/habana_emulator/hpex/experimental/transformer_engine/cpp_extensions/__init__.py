@@ -2,7 +2,7 @@
 
 Source: gaudi-pytorch-bridge 1.18.0, ``hpex/experimental/transformer_engine/cpp_extensions/``. As on the SDK, the
 functions call ``torch.ops.hpu.cast_to_fp8_v2``, ``cast_to_fp8_hybrid``, ``cast_from_fp8``, ``fp8_gemm_v2`` and
-``fp8_gemm`` (emulated in ``lightning_accel.habana._emulator._fp8_ops``) and record the amax of what they cast in the
+``fp8_gemm`` (emulated in ``lightning_accel.habana_emulator._fp8_ops``) and record the amax of what they cast in the
 scaling group's history. ``fp8_gelu`` (the SDK's fused ``fp8_gelu_v2`` kernel) is not emulated.
 
 Example:
