@@ -1,0 +1,64 @@
+// The emulated Gaudi device: c10's built-in DeviceType::HPU and DispatchKey::HPU, backed by host memory.
+//
+// runtime/  allocator with exact accounting, device guard with the SDK's index rule, hooks, generator, pinned memory
+// aten/     native factories, views, copies and resizes; a boxed fallback that runs every other ATen operator with the
+//           backing device's own kernel on zero-copy aliases of the same memory
+// module.cpp  the small Python surface the emulator's habana_frameworks modules sit on
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+namespace lightning_accel::hpu {
+
+constexpr c10::DeviceType kHPU = c10::DeviceType::HPU;
+
+// --- runtime/Allocator.cpp -------------------------------------------------------------------------------------
+// The allocator registered for DeviceType::HPU. Every byte that enters the device passes through here (native
+// allocations and adopted kernel outputs alike), so the counters are exact.
+c10::Allocator* allocator();
+
+struct MemoryStats {
+  int64_t in_use = 0;          // bytes held by live HPU storages
+  int64_t peak = 0;            // highest in_use since the last reset
+  int64_t num_allocs = 0;      // storages that entered the device
+  int64_t num_frees = 0;       // storages that left it
+  int64_t active_allocs = 0;   // live storages
+  int64_t max_alloc_size = 0;  // largest single storage
+  int64_t limit = 0;           // bytes the device may hold; 0 means no limit
+};
+MemoryStats memory_stats();
+void reset_peak_memory_stats();
+void set_memory_limit(int64_t bytes);
+
+// A DataPtr on hpu:0 that owns `backing` (memory of the backing device) and counts `nbytes` while it lives.
+c10::DataPtr wrap_backing(c10::DataPtr backing, size_t nbytes);
+
+// Pinned host memory (tensor.pin_memory("hpu")): host memory the hooks recognise as pinned.
+c10::Allocator* pinned_allocator();
+bool is_pinned_ptr(const void* ptr);
+
+// --- runtime/Guard.cpp -----------------------------------------------------------------------------------------
+// As the SDK's guard (HPUGuardImpl.h): one device per process, index 0; any other index is refused with its text.
+void check_index(c10::DeviceIndex index);
+
+// --- runtime/Generator.cpp -------------------------------------------------------------------------------------
+// The HPU's own generator (not the host's), as the SDK's htcore._get_default_generator().
+const at::Generator& default_generator();
+at::Generator new_generator(uint64_t seed);
+// The backing device's generator that draws for an HPU generator (kernels of the backing device need their own type).
+at::Generator backing_generator(const at::Generator& hpu_generator);
+
+// --- aten/Alias.cpp --------------------------------------------------------------------------------------------
+// A tensor of the backing device that views exactly the memory, sizes, strides and offset of an HPU tensor.
+at::Tensor backing_alias(const at::Tensor& hpu_tensor, bool resizable);
+// An HPU tensor that owns (shares) the storage of a fresh tensor of the backing device, without a copy.
+at::Tensor adopt(const at::Tensor& backing_tensor);
+// An HPU view over `base`'s storage with the geometry of `backing_view` (a view of base's alias).
+at::Tensor hpu_view_like(const at::Tensor& base, const at::Tensor& backing_view);
+
+}  // namespace lightning_accel::hpu

@@ -1,0 +1,72 @@
+// The zero-copy bridge between an HPU tensor and the backing device's tensors that run its kernels.
+#include "../HPUDevice.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/TensorImpl.h>
+
+namespace lightning_accel::hpu {
+namespace {
+
+constexpr c10::DispatchKeySet kHPUKeys{c10::DispatchKey::HPU};
+constexpr c10::DispatchKeySet kBackingKeys{c10::DispatchKey::CPU};
+
+void no_delete(void*) {}
+
+void copy_bits(const at::Tensor& from, const at::Tensor& to) {
+  if (from.is_conj()) {
+    to._set_conj(true);
+  }
+  if (from.is_neg()) {
+    to._set_neg(true);
+  }
+}
+
+}  // namespace
+
+at::Tensor backing_alias(const at::Tensor& hpu_tensor, bool resizable) {
+  const auto& storage = hpu_tensor.storage();
+  void* data = storage.unsafeGetStorageImpl()->mutable_data();
+  // The alias borrows the memory: it must never free it. A kernel that resizes an out= argument reallocates
+  // through the host allocator, which the fallback then hands back to the HPU storage.
+  c10::Storage alias_storage(c10::Storage::use_byte_size_t(), storage.nbytes(),
+                             c10::DataPtr(data, data, &no_delete, c10::Device(c10::DeviceType::CPU)),
+                             resizable ? c10::GetCPUAllocator() : nullptr, resizable);
+  auto alias = at::detail::make_tensor<c10::TensorImpl>(std::move(alias_storage), kBackingKeys, hpu_tensor.dtype());
+  alias.unsafeGetTensorImpl()->set_sizes_and_strides(hpu_tensor.sizes(), hpu_tensor.strides(),
+                                                     hpu_tensor.storage_offset());
+  copy_bits(hpu_tensor, alias);
+  return alias;
+}
+
+namespace {
+
+void release_backing_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
+
+}  // namespace
+
+at::Tensor adopt(const at::Tensor& backing_tensor) {
+  const auto& storage = backing_tensor.storage();
+  const size_t nbytes = storage.nbytes();
+  void* data = storage.unsafeGetStorageImpl()->mutable_data();
+  // The HPU storage keeps the backing storage alive instead of copying it.
+  auto* keep = new c10::Storage(storage);
+  c10::DataPtr backing(data, keep, &release_backing_storage, c10::Device(c10::DeviceType::CPU));
+  c10::Storage hpu_storage(c10::Storage::use_byte_size_t(), nbytes, wrap_backing(std::move(backing), nbytes),
+                           allocator(), /*resizable=*/true);
+  auto result = at::detail::make_tensor<c10::TensorImpl>(std::move(hpu_storage), kHPUKeys, backing_tensor.dtype());
+  result.unsafeGetTensorImpl()->set_sizes_and_strides(backing_tensor.sizes(), backing_tensor.strides(),
+                                                      backing_tensor.storage_offset());
+  copy_bits(backing_tensor, result);
+  return result;
+}
+
+at::Tensor hpu_view_like(const at::Tensor& base, const at::Tensor& backing_view) {
+  auto result = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(base.storage()),
+                                                         kHPUKeys, backing_view.dtype());
+  result.unsafeGetTensorImpl()->set_sizes_and_strides(backing_view.sizes(), backing_view.strides(),
+                                                      backing_view.storage_offset());
+  copy_bits(backing_view, result);
+  return result;
+}
+
+}  // namespace lightning_accel::hpu

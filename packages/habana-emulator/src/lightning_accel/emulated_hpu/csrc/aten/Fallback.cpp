@@ -1,0 +1,257 @@
+// Every ATen operator without an HPU kernel of its own runs here: its HPU tensors are swapped for aliases on the
+// backing device (same memory, no copy), the backing device's own kernel runs, and its results come back as HPU
+// tensors: the argument itself for in-place and out= results, a view of the argument's storage for views, and the
+// kernel's fresh memory, adopted as device memory, for everything else.
+#include "../HPUDevice.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
+#include <torch/library.h>
+
+#include <string>
+#include <unordered_map>
+
+namespace lightning_accel::hpu {
+namespace {
+
+constexpr c10::DispatchKeySet kBackingKeys{c10::DispatchKey::CPU};
+
+// What the fallback needs to know of an operator's arguments, read once from its schema.
+struct Plan {
+  size_t num_args = 0;
+  c10::SmallVector<size_t, 8> tensor_args;  // Tensor, Tensor?, Tensor[] and Tensor?[] arguments
+  c10::SmallVector<bool, 8> writes;          // per tensor argument: does the operator write to it
+  c10::SmallVector<size_t, 2> device_args;
+  int generator_arg = -1;
+  // Operators whose CUDA kernels take host tensors beside device tensors (host index tensors): the HPU allows them
+  // alike. Everywhere else a host tensor with dimensions is torch's two-devices error, as on a real device.
+  bool host_tensors_allowed = false;
+  std::string name;
+};
+
+bool is_kind(const c10::TypePtr& type, c10::TypeKind kind) {
+  if (type->kind() == kind) {
+    return true;
+  }
+  if (type->kind() == c10::TypeKind::OptionalType) {
+    return type->castRaw<c10::OptionalType>()->getElementType()->kind() == kind;
+  }
+  return false;
+}
+
+bool holds_tensors(const c10::TypePtr& type) {
+  if (is_kind(type, c10::TypeKind::TensorType)) {
+    return true;
+  }
+  if (type->kind() == c10::TypeKind::ListType) {
+    return is_kind(type->castRaw<c10::ListType>()->getElementType(), c10::TypeKind::TensorType);
+  }
+  return false;
+}
+
+Plan make_plan(const c10::FunctionSchema& schema) {
+  Plan plan;
+  const auto& args = schema.arguments();
+  plan.num_args = args.size();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& type = args[i].type();
+    if (holds_tensors(type)) {
+      plan.tensor_args.push_back(i);
+      const auto* alias = args[i].alias_info();
+      plan.writes.push_back(alias != nullptr && alias->isWrite());
+    } else if (is_kind(type, c10::TypeKind::DeviceObjType)) {
+      plan.device_args.push_back(i);
+    } else if (is_kind(type, c10::TypeKind::GeneratorType)) {
+      plan.generator_arg = static_cast<int>(i);
+    }
+  }
+  plan.name = schema.name();
+  if (!schema.overload_name().empty()) {
+    plan.name += "." + schema.overload_name();
+  }
+  const auto& base = schema.name();
+  plan.host_tensors_allowed = base == "aten::index" || base == "aten::index_put_" || base == "aten::index_put" ||
+                              base == "aten::_index_put_impl_" || base == "aten::_unsafe_index" ||
+                              base == "aten::_unsafe_index_put";
+  return plan;
+}
+
+const Plan& plan_for(const c10::FunctionSchema& schema) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, Plan> plans;
+  auto it = plans.find(&schema);
+  if (it == plans.end()) {
+    it = plans.emplace(&schema, make_plan(schema)).first;
+  }
+  return it->second;
+}
+
+// One HPU argument and the alias its kernel sees.
+struct Swap {
+  at::Tensor hpu;
+  at::Tensor alias;
+  const void* data;  // the alias's memory before the kernel
+  bool writes;
+};
+
+class Call {
+ public:
+  explicit Call(const Plan& plan) : plan_(plan) {}
+
+  at::Tensor to_backing(const at::Tensor& tensor, bool writes) {
+    if (!tensor.defined()) {
+      return tensor;
+    }
+    const auto type = tensor.device().type();
+    if (type == kHPU) {
+      saw_hpu_ = true;
+      auto alias = backing_alias(tensor, writes);
+      swaps_.push_back({tensor, alias, alias.storage().data(), writes});
+      return alias;
+    }
+    if (tensor.dim() > 0 && first_foreign_.empty()) {
+      first_foreign_ = tensor.device().str();
+    }
+    return tensor;
+  }
+
+  void swap_arguments(torch::jit::Stack& stack, size_t first) {
+    for (size_t k = 0; k < plan_.tensor_args.size(); ++k) {
+      auto& value = stack[first + plan_.tensor_args[k]];
+      const bool writes = plan_.writes[k];
+      if (value.isTensor()) {
+        value = to_backing(value.toTensor(), writes);
+      } else if (value.isTensorList()) {
+        auto list = value.toTensorList();
+        c10::List<at::Tensor> swapped;
+        swapped.reserve(list.size());
+        for (const at::Tensor& tensor : list) {
+          swapped.push_back(to_backing(tensor, writes));
+        }
+        value = std::move(swapped);
+      } else if (value.isList()) {  // Tensor?[]
+        auto list = value.toOptionalTensorList();
+        c10::List<std::optional<at::Tensor>> swapped;
+        swapped.reserve(list.size());
+        for (const std::optional<at::Tensor>& tensor : list) {
+          swapped.push_back(tensor.has_value() ? std::optional<at::Tensor>(to_backing(*tensor, writes))
+                                               : std::nullopt);
+        }
+        value = std::move(swapped);
+      }
+    }
+    for (const auto index : plan_.device_args) {
+      auto& value = stack[first + index];
+      if (value.isDevice() && value.toDevice().type() == kHPU) {
+        check_index(value.toDevice().index());
+        saw_hpu_ = true;
+        value = c10::Device(c10::DeviceType::CPU);
+      }
+    }
+    if (plan_.generator_arg >= 0) {
+      auto& value = stack[first + plan_.generator_arg];
+      if (value.isNone()) {
+        value = backing_generator(default_generator());
+      } else if (value.isGenerator()) {
+        const auto& generator = value.toGenerator();
+        TORCH_CHECK(generator.device().type() == kHPU, plan_.name,
+                    ": expected a generator of the 'hpu' device for HPU tensors, but got one of '",
+                    generator.device().str(), "'. Make it with torch.Generator(device='hpu').");
+        value = backing_generator(generator);
+      }
+    }
+    TORCH_CHECK(!saw_hpu_ || first_foreign_.empty() || plan_.host_tensors_allowed,
+                "Expected all tensors to be on the same device, but found at least two devices, hpu:0 and ",
+                first_foreign_, "! (when checking the arguments of ", plan_.name, ")");
+  }
+
+  // After the kernel: what it did to an HPU argument's alias happens to the argument (a reallocation, new geometry).
+  void write_back() {
+    for (auto& swap : swaps_) {
+      if (!swap.writes) {
+        continue;
+      }
+      auto* alias_storage = swap.alias.storage().unsafeGetStorageImpl();
+      auto* hpu_impl = swap.hpu.unsafeGetTensorImpl();
+      if (alias_storage->data() != swap.data) {
+        // The kernel resized an out= argument: the new memory, from the host allocator, becomes the HPU storage's.
+        const size_t nbytes = alias_storage->nbytes();
+        auto fresh = alias_storage->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+        auto* hpu_storage = swap.hpu.storage().unsafeGetStorageImpl();
+        hpu_storage->set_data_ptr_noswap(wrap_backing(std::move(fresh), nbytes));
+        hpu_storage->set_nbytes(nbytes);
+        swap.data = nullptr;
+      }
+      if (swap.alias.sizes() != swap.hpu.sizes() || swap.alias.strides() != swap.hpu.strides() ||
+          swap.alias.storage_offset() != swap.hpu.storage_offset()) {
+        hpu_impl->set_sizes_and_strides(swap.alias.sizes(), swap.alias.strides(), swap.alias.storage_offset());
+      }
+    }
+  }
+
+  at::Tensor to_hpu(const at::Tensor& result) const {
+    if (!result.defined() || result.device().type() != c10::DeviceType::CPU) {
+      return result;
+    }
+    for (const auto& swap : swaps_) {
+      if (result.unsafeGetTensorImpl() == swap.alias.unsafeGetTensorImpl()) {
+        return swap.hpu;
+      }
+    }
+    if (result.has_storage()) {
+      const auto* storage = result.storage().unsafeGetStorageImpl();
+      for (const auto& swap : swaps_) {
+        if (storage == swap.alias.storage().unsafeGetStorageImpl()) {
+          return hpu_view_like(swap.hpu, result);
+        }
+      }
+    }
+    return adopt(result);
+  }
+
+  void return_results(torch::jit::Stack& stack, size_t num_returns) const {
+    if (!saw_hpu_) {
+      return;
+    }
+    const size_t first = stack.size() - num_returns;
+    for (size_t i = first; i < stack.size(); ++i) {
+      auto& value = stack[i];
+      if (value.isTensor()) {
+        value = to_hpu(value.toTensor());
+      } else if (value.isTensorList()) {
+        auto list = value.toTensorList();
+        for (size_t k = 0; k < list.size(); ++k) {
+          list.set(k, to_hpu(list.get(k)));
+        }
+      }
+    }
+  }
+
+ private:
+  const Plan& plan_;
+  c10::SmallVector<Swap, 4> swaps_;
+  std::string first_foreign_;
+  bool saw_hpu_ = false;
+};
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const Plan& plan = plan_for(schema);
+  Call call(plan);
+  call.swap_arguments(*stack, stack->size() - plan.num_args);
+  try {
+    op.redispatchBoxed(kBackingKeys, stack);
+  } catch (const c10::NotImplementedError& error) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, plan.name, " is not implemented for the emulated HPU: it runs operators with ",
+                                "the kernels of its backing device (cpu), which has none for it.\n",
+                                error.what_without_backtrace());
+  }
+  call.write_back();
+  call.return_results(*stack, schema.returns().size());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, HPU, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+
+}  // namespace lightning_accel::hpu

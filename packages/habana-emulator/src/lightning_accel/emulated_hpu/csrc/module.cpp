@@ -1,0 +1,33 @@
+// The Python surface of the device: what the emulated SDK's hpu.memory and hpu.random read. Loading this module is
+// what registers the device (allocator, guard, hooks, kernels) with torch.
+#include "HPUDevice.h"
+
+#include <torch/extension.h>
+
+namespace {
+
+pybind11::dict memory_stats() {
+  const auto stats = lightning_accel::hpu::memory_stats();
+  pybind11::dict result;
+  result["in_use"] = stats.in_use;
+  result["peak"] = stats.peak;
+  result["num_allocs"] = stats.num_allocs;
+  result["num_frees"] = stats.num_frees;
+  result["active_allocs"] = stats.active_allocs;
+  result["max_alloc_size"] = stats.max_alloc_size;
+  result["limit"] = stats.limit;
+  return result;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "The emulated Gaudi device: c10's HPU device type and dispatch key, backed by host memory.";
+  m.def("memory_stats", &memory_stats, "Exact byte and storage counts of the device memory.");
+  m.def("reset_peak_memory_stats", &lightning_accel::hpu::reset_peak_memory_stats,
+        "Make the peak start again from the memory in use now.");
+  m.def("set_memory_limit", &lightning_accel::hpu::set_memory_limit, pybind11::arg("bytes"),
+        "Bytes the device may hold before an allocation fails with torch.OutOfMemoryError (0: no limit).");
+  m.def("default_generator", &lightning_accel::hpu::default_generator,
+        "The HPU's default generator, a torch.Generator of device 'hpu'.");
+}
