@@ -27,6 +27,7 @@ nox.options.sessions = [
     "core_tests_lightning23",
     "ipu_stack_tests",
     "hpu_tests",
+    "hpu_emulator_tests",
     "hpu_opinfo",
     "ipu_tests",
     "deepspeed_hpu_tests",
@@ -42,6 +43,7 @@ LIGHTNING = "lightning==2.6.6"
 PACKAGES = {
     "core": "packages/core",
     "habana": "packages/habana",
+    "habana-emulator": "packages/habana-emulator",
     "graphcore": "packages/graphcore",
     "deepspeed-hpu": "packages/deepspeed-hpu",
 }
@@ -80,8 +82,11 @@ IPU_STACK_TOOLS = [
 
 
 def install_base(session: nox.Session, *packages: str, editable: bool = True) -> None:
+    """torch, Lightning, the test tools, the core and ``packages``; with "habana", the SDK emulator it runs on here."""
     session.install(TORCH)
     session.install(LIGHTNING, *TEST_TOOLS)
+    if "habana" in packages and "habana-emulator" not in packages:
+        packages = ("habana-emulator", *packages)  # what lightning-accel-habana[emulator] pulls, from this tree
     for name in ("core", *packages):
         if editable:
             session.install("-e", PACKAGES[name])
@@ -129,11 +134,16 @@ HPU_PLAN = vendor_sdk.plan_session("hpu")
 IPU_PLAN = vendor_sdk.plan_session("ipu")
 
 
-def vendor_tests(session: nox.Session, plan: vendor_sdk.SessionPlan, package: str, extras: str = "") -> None:
+def vendor_tests(
+    session: nox.Session, plan: vendor_sdk.SessionPlan, package: str, extras: str = "", *, also: tuple[str, ...] = ()
+) -> None:
     session.log(plan.reason)
     constraints = session.create_tmp() + "/constraints.txt"
     Path(constraints).write_text("\n".join(plan.constraints) + "\n")
-    requirements = [plan.lightning or LIGHTNING, *TEST_TOOLS, "-e", PACKAGES["core"], "-e", PACKAGES[package] + extras]
+    requirements = [plan.lightning or LIGHTNING, *TEST_TOOLS, "-e", PACKAGES["core"]]
+    for name in also:
+        requirements += ["-e", PACKAGES[name]]
+    requirements += ["-e", PACKAGES[package] + extras]
     for command in plan.install_commands(*requirements):
         session.install(*(arg.format(constraints=constraints) for arg in command))
     workers = () if plan.hardware else WORKERS
@@ -151,8 +161,10 @@ def hpu_tests(session: nox.Session) -> None:
         prefix = str(Path(session.create_tmp()) / "mpi")
         session.install("--prefix", prefix, *MPI_TOOLS)
         session.env["LIGHTNING_ACCEL_TEST_MPI_PREFIX"] = prefix
-    session.install(*OPINFO_TOOLS)  # test_opinfo.py runs a sample of torch's operator database in this session
-    vendor_tests(session, HPU_PLAN, "habana", extras="[fp8-inference]")  # INC, for the fp8 inference tests
+    # INC, for the fp8 inference tests. The emulator (lightning-accel-habana[emulator], from this tree) off Gaudi only:
+    # it needs torch 2.13, not the SDK's torch, and the suite imports it only in its emulator_only tests.
+    emulator = () if HPU_PLAN.hardware else ("habana-emulator",)
+    vendor_tests(session, HPU_PLAN, "habana", extras="[fp8-inference]", also=emulator)
 
 
 # torch's operator database (torch.testing._internal) imports expecttest, which torch does not install.
@@ -160,12 +172,25 @@ OPINFO_TOOLS = ["expecttest"]
 
 
 @nox.session(python=PYTHON)
+def hpu_emulator_tests(session: nox.Session) -> None:
+    """The Gaudi SDK emulator on its own (lightning-accel-habana-emulator), without the Lightning integration.
+
+    The SDK's API table, its load effects, the "hpu" device (tensor protocol, torch.compile, a sample of torch's
+    OpInfo database). Always on the emulator: it is what the tests test, on a Gaudi machine too.
+    """
+    install_base(session, "habana-emulator")
+    session.install(*OPINFO_TOOLS)  # test_opinfo.py runs a sample of torch's operator database in this session
+    env = {"LIGHTNING_ACCEL_EMULATE": "hpu"}
+    session.run("pytest", f"{PACKAGES['habana-emulator']}/tests", *WORKERS, *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
 def hpu_opinfo(session: nox.Session) -> None:
     """The emulated "hpu" against every OpInfo of torch's operator database; prints the pass rates at the end."""
-    install_base(session, "habana")
+    install_base(session, "habana-emulator")
     session.install(*OPINFO_TOOLS)
     env = {"LIGHTNING_ACCEL_EMULATE": "hpu", "LIGHTNING_ACCEL_OPINFO": "all"}
-    session.run("pytest", "packages/habana/tests/test_opinfo.py", *WORKERS, *session.posargs, env=env)
+    session.run("pytest", f"{PACKAGES['habana-emulator']}/tests/test_opinfo.py", *WORKERS, *session.posargs, env=env)
 
 
 @nox.session(python=IPU_PLAN.python, venv_params=list(IPU_PLAN.venv_params))
@@ -230,7 +255,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typing(session: nox.Session) -> None:
     """mypy on every package's sources."""
-    install_base(session, "habana", "graphcore", "deepspeed-hpu")
+    install_base(session, "habana-emulator", "habana", "graphcore", "deepspeed-hpu")
     session.install("mypy>=1.11", "pytest>=8")
     for path in PACKAGES.values():
         session.run("mypy", f"{path}/src", env={"MYPYPATH": f"{path}/src"})
@@ -247,7 +272,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def build(session: nox.Session) -> None:
-    """Build the five wheels and check their metadata; the core wheel must carry the autoload files."""
+    """Build the six wheels and check their metadata; the core wheel must carry the autoload files."""
     session.install("build>=1", "twine>=5")
     out = ROOT / "dist"
     shutil.rmtree(out, ignore_errors=True)

@@ -5,16 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 
+import habana_frameworks.torch.core as htcore  # the emulated SDK, by its own names
+import habana_frameworks.torch.distributed.hccl as hccl_module
+import habana_frameworks.torch.hpu as hpu_module
 import pytest
 import torch
 from _emulator_helpers import PYTHON, script_env
 
 from lightning_accel.habana_emulator import core as emulated_core
 from lightning_accel.habana_emulator.hpu import _devices as emulated_device
-
-import habana_frameworks.torch.core as htcore  # the emulated SDK, by its own names
-import habana_frameworks.torch.distributed.hccl as hccl_module
-import habana_frameworks.torch.hpu as hpu_module
 
 HPU = torch.device("hpu")
 

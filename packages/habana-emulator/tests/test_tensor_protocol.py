@@ -11,6 +11,7 @@ relies on the emulator drawing from the backing device's generator.
 from __future__ import annotations
 
 import copy
+import importlib
 import io
 import pickle
 from collections.abc import Callable, Iterator
@@ -19,8 +20,6 @@ from typing import Any
 import pytest
 import torch
 from torch.utils import _pytree as pytree
-
-import importlib
 
 DEVICES = ("cpu", "hpu")
 

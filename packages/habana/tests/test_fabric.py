@@ -11,12 +11,13 @@ import torch
 from _habana_helpers import PYTHON, SCRIPTS, digits_loaders, free_port, script_env
 from lightning.fabric import Fabric
 
-from lightning_accel.habana_emulator import core as emulated_core
 from lightning_accel.habana.fabric import HPUAccelerator, HPUCheckpointIO, SingleHPUStrategy
 
 
 @pytest.mark.emulator_only
 def test_single_device_training_converges_and_marks_steps(tmp_path: Path, lazy_mode: None) -> None:
+    from lightning_accel.habana_emulator import core as emulated_core  # the emulator's internals
+
     fabric = Fabric(accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(), devices=1)
     fabric.seed_everything(0)
     assert fabric.device == torch.device("hpu")

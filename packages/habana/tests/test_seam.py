@@ -133,3 +133,23 @@ def test_a_broken_sdk_is_named_in_the_devices_error(monkeypatch: pytest.MonkeyPa
     )
     monkeypatch.undo()
     assert _devices.hpu_available() and _devices._unavailable_because is None
+
+
+@pytest.mark.emulator_only
+def test_emulation_without_the_emulator_installed_names_the_extra() -> None:
+    # lightning-accel-habana without its [emulator] extra: no distribution declares habana_frameworks.torch.
+    out = _run(
+        "import _lightning_accel_sdk_aliases as aliases\n"
+        "aliases._cache, aliases._read_entry_points = None, lambda tokens: {}\n"
+        "from lightning_accel.habana import sdk, HPUAccelerator\n"
+        "from lightning_accel.habana.availability import availability\n"
+        "from lightning_accel.core.errors import DeviceUnavailableError\n"
+        "state = availability(); print(state.state); print(state.reason == sdk.EMULATOR_MISSING)\n"
+        "try:\n    HPUAccelerator()\nexcept DeviceUnavailableError as exc:\n    print(exc)\n",
+        LIGHTNING_ACCEL_EMULATE="hpu",
+        LIGHTNING_ACCEL_AUTOLOAD="0",
+    )
+    state, same, error = out.splitlines()[-3:]
+    assert (state, same) == ("unavailable", "True")
+    assert "pip install 'lightning-accel-habana[emulator]'" in error
+    assert "lightning-accel-habana-emulator" in error

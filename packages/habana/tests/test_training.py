@@ -13,7 +13,6 @@ from lightning.pytorch.callbacks import DeviceStatsMonitor
 import lightning_accel.habana  # noqa: F401  (registers the plugins before the registry is inspected)
 from lightning_accel.core.testing.throughput import MemoryLogger
 from lightning_accel.habana import HPUAccelerator, HPUParallelStrategy, SingleHPUStrategy
-from lightning_accel.habana_emulator import core as emulated_core
 
 QUIET: dict[str, Any] = {"enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
 
@@ -45,6 +44,8 @@ def test_evaluation_runs_under_no_grad_not_inference_mode() -> None:
 
 @pytest.mark.emulator_only
 def test_lazy_mode_marks_steps_after_backward_optimizer_and_around_evaluation(lazy_mode: None) -> None:
+    from lightning_accel.habana_emulator import core as emulated_core  # the emulator's internals
+
     model = digits_classifier()
     train, val = digits_loaders()
     trainer = Trainer(

@@ -40,6 +40,7 @@ __all__ = [
     "reset_emulation_settings",
     "announce_emulation",
     "follow_emulated_sdk_names",
+    "emulator_installed",
 ]
 
 EMULATE_VAR = "LIGHTNING_ACCEL_EMULATE"
@@ -205,3 +206,15 @@ def follow_emulated_sdk_names() -> None:
         sdk_aliases.install()
     else:
         sdk_aliases.forget()
+
+
+def emulator_installed(sdk_module: str) -> bool:
+    """Whether an installed distribution declares an emulator for ``sdk_module`` (``"habana_frameworks.torch"``).
+
+    Answers for the device types emulated now (``LIGHTNING_ACCEL_EMULATE``): the entry point groups
+    ``lightning_accel.emulated_sdks.<device type>`` are read, nothing is imported. An emulator is a distribution of its
+    own (``lightning-accel-habana[emulator]`` installs Gaudi's), so a vendor's seam checks this before it promises one.
+    """
+    import _lightning_accel_sdk_aliases as sdk_aliases
+
+    return sdk_module in sdk_aliases.aliases()

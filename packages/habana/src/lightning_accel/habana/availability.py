@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import os
 
-from lightning_accel.core.emulation import EMULATE_VAR, emulation_settings
+from lightning_accel.core.emulation import EMULATE_VAR, emulation_settings, emulator_installed
 from lightning_accel.core.plugin import Availability
 
 from . import sdk
@@ -36,6 +36,8 @@ def availability() -> Availability:
     Gaudi devices are visible; otherwise ``unavailable``.
     """
     settings = emulation_settings()
+    if settings.emulates("hpu") and not emulator_installed("habana_frameworks.torch"):
+        return Availability(state="unavailable", reason=sdk.EMULATOR_MISSING, devices=0)
     if settings.emulates("hpu"):
         return Availability(
             state="emulated",

@@ -3,9 +3,11 @@
 It imports the SDK's modules by their real names and hands them out. Which SDK answers those names is decided by the
 environment, not here:
 
-* ``LIGHTNING_ACCEL_EMULATE=hpu`` (or ``all``): ``habana_frameworks.torch...`` resolves to the package's emulator
-  (lightning-accel-core's import aliases, declared in this distribution's entry points), even where the SDK is
-  installed: an explicit request wins, so that emulated runs can be compared with hardware runs on one machine;
+* ``LIGHTNING_ACCEL_EMULATE=hpu`` (or ``all``): ``habana_frameworks.torch...`` resolves to the emulator
+  (lightning-accel-habana-emulator, installed by the ``emulator`` extra, which declares the SDK's name in its entry
+  points; lightning-accel-core's import aliases do the rest; this package never imports the emulator), even where
+  the SDK is installed: an explicit request wins, so that emulated runs can be compared with hardware runs on one
+  machine;
 * otherwise, when ``habana_frameworks`` is installed: the real SDK;
 * otherwise: :class:`~lightning_accel.core.DeviceUnavailableError` saying how to install the SDK or turn the
   emulator on.
@@ -37,6 +39,7 @@ from lightning_accel.core.emulation import (
     EMULATE_VAR,
     announce_emulation,
     emulation_settings,
+    emulator_installed,
     follow_emulated_sdk_names,
 )
 from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError
@@ -76,6 +79,12 @@ SDK_DISTRIBUTION = "habana-torch-plugin"
 DISTRIBUTED_BACKEND = "hccl"
 
 _TORCH_PACKAGE = "habana_frameworks.torch"
+EMULATOR_DISTRIBUTION = "lightning-accel-habana-emulator"
+EMULATOR_MISSING = (
+    f"{EMULATE_VAR} asks for the Habana SDK emulator, but it is not installed ({EMULATOR_DISTRIBUTION}, its own "
+    "distribution). Install it with `pip install 'lightning-accel-habana[emulator]'`, or on a Gaudi machine unset "
+    f"{EMULATE_VAR} (or set it to 0) to use the real SDK."
+)
 
 # Lazy attributes: ``from lightning_accel.habana.sdk import htcore`` resolves the SDK at that statement.
 _LAZY_MODULES = {"htcore": "core", "hpu": "hpu", "hccl": "distributed.hccl", "ht": ""}
@@ -102,6 +111,8 @@ def require() -> None:
         DeviceUnavailableError: When neither is available; the message says how to fix it.
     """
     if is_emulated():
+        if not emulator_installed(_TORCH_PACKAGE):
+            raise DeviceUnavailableError(EMULATOR_MISSING)
         announce_emulation(DEVICE_TYPE, SDK_PACKAGE)
         return
     if is_sdk_installed():
