@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -153,3 +155,28 @@ def test_emulation_without_the_emulator_installed_names_the_extra() -> None:
     assert (state, same) == ("unavailable", "True")
     assert "pip install 'lightning-accel-habana[emulator]'" in error
     assert "lightning-accel-habana-emulator" in error
+
+
+def _imported_modules(package_dir: Path) -> dict[str, list[str]]:
+    """Module name -> the files under ``package_dir`` that import it (absolute imports and import_module strings)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("lightning_"):
+                names = [node.value]
+            for name in names:
+                found.setdefault(name, []).append(path.name)
+    return found
+
+
+def test_the_integration_never_imports_the_emulator() -> None:
+    # The emulator (lightning-accel-habana-emulator) is reached only by the SDK's own module names, as the real SDK.
+    import lightning_accel.habana
+
+    imported = _imported_modules(Path(lightning_accel.habana.__file__).parent)
+    assert not {name: files for name, files in imported.items() if name.startswith("lightning_accel.habana_emulator")}
