@@ -134,7 +134,16 @@ def test_json_report_has_every_outcome_its_time_and_the_environment(
         "total": 7,
         "seconds": report["summary"]["seconds"],
     }
-    assert set(report["env"]) == {"python", "platform", "packages", "plugins", "sdks", "variables", "emulation"}
+    assert set(report["env"]) == {
+        "python",
+        "platform",
+        "packages",
+        "plugins",
+        "sdks",
+        "emulators",
+        "variables",
+        "emulation",
+    }
     assert report["env"]["plugins"]["fake-selftest"] == "0.1"
 
 

@@ -18,7 +18,7 @@ import os
 import platform
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, distributions, version
 from typing import Any
 
 from lightning_accel.core.__about__ import __version__
@@ -79,6 +79,17 @@ def _version_of(distribution: str) -> str | None:
         return None
 
 
+def _emulator_distributions() -> dict[str, str]:
+    """Installed distributions that declare an emulated SDK (``lightning_accel.emulated_sdks.*``), with versions."""
+    import _lightning_accel_sdk_aliases as sdk_aliases
+
+    found: dict[str, str] = {}
+    for dist in distributions():
+        if any(entry.group.startswith(sdk_aliases.GROUP_PREFIX) for entry in dist.entry_points):
+            found.setdefault(dist.metadata["Name"], dist.version)
+    return dict(sorted(found.items()))
+
+
 def environment_report() -> dict[str, Any]:
     """Versions and settings that a bug report needs."""
     try:
@@ -97,6 +108,7 @@ def environment_report() -> dict[str, Any]:
         "packages": {name: _version_of(name) for name in packages},
         "plugins": {plugin.distribution: plugin.version for plugin in discovered_plugins()},
         "sdks": {name: _version_of(name) for name in _SDK_DISTRIBUTIONS},
+        "emulators": _emulator_distributions(),
         "variables": {name: os.environ.get(name) for name in _VARIABLES},
         "emulation": settings,
     }
@@ -125,7 +137,7 @@ def _print_list(report: list[dict[str, Any]]) -> None:
 def _print_env(report: dict[str, Any]) -> None:
     print(f"lightning-accel-core {__version__}")
     print(f"python {report['python']} on {report['platform']}")
-    for section in ("packages", "plugins", "sdks", "variables"):
+    for section in ("packages", "plugins", "sdks", "emulators", "variables"):
         print(f"{section}:")
         for name, value in report[section].items():
             print(f"  {name}: {value if value is not None else '-'}")
