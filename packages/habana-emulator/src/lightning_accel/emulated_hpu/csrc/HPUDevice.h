@@ -61,4 +61,8 @@ at::Tensor adopt(const at::Tensor& backing_tensor);
 // An HPU view over `base`'s storage with the geometry of `backing_view` (a view of base's alias).
 at::Tensor hpu_view_like(const at::Tensor& base, const at::Tensor& backing_view);
 
+// --- aten/Fallback.cpp -----------------------------------------------------------------------------------------
+// Sends the operators that have both a CPU kernel and a generic one to the CPU kernel (called once, at load).
+void route_to_backing_kernels();
+
 }  // namespace lightning_accel::hpu

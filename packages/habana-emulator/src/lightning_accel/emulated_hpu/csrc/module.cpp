@@ -22,6 +22,7 @@ pybind11::dict memory_stats() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  lightning_accel::hpu::route_to_backing_kernels();
   m.doc() = "The emulated Gaudi device: c10's HPU device type and dispatch key, backed by host memory.";
   m.def("memory_stats", &memory_stats, "Exact byte and storage counts of the device memory.");
   m.def("reset_peak_memory_stats", &lightning_accel::hpu::reset_peak_memory_stats,

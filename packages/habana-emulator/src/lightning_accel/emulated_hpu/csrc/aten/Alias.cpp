@@ -61,8 +61,8 @@ at::Tensor adopt(const at::Tensor& backing_tensor) {
 }
 
 at::Tensor hpu_view_like(const at::Tensor& base, const at::Tensor& backing_view) {
-  auto result = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(base.storage()),
-                                                         kHPUKeys, backing_view.dtype());
+  // The storage constructor, not TensorImpl::VIEW's: that one keeps the key set as given, without the autograd keys.
+  auto result = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()), kHPUKeys, backing_view.dtype());
   result.unsafeGetTensorImpl()->set_sizes_and_strides(backing_view.sizes(), backing_view.strides(),
                                                       backing_view.storage_offset());
   copy_bits(backing_view, result);

@@ -254,4 +254,30 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 TORCH_LIBRARY_IMPL(_, HPU, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
+void route_to_backing_kernels() {
+  // An operator with a CPU kernel and a generic (CompositeExplicitAutograd) one would run the generic one on the HPU:
+  // a different decomposition (native_layer_norm, addr) or an extra out= round trip (every structured operator). The
+  // HPU runs the CPU kernel itself instead, through the fallback, so its results are the host's bit for bit.
+  static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::HPU, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) {
+      continue;
+    }
+    const auto op = dispatcher.findOp(name);
+    if (!op.has_value() || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::HPU)) {
+      continue;
+    }
+    if (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+      auto qualified = name.name.substr(6);
+      if (!name.overload_name.empty()) {
+        qualified += "." + name.overload_name;
+      }
+      library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+    }
+  }
+}
+
 }  // namespace lightning_accel::hpu
