@@ -85,3 +85,21 @@ def test_emulation_is_announced_once_on_rank_zero_only(python) -> None:  # type:
     env = {"LIGHTNING_ACCEL_EMULATE": "testacc", "LIGHTNING_ACCEL_EMULATED_DEVICES": "3"}
     assert python(ANNOUNCE, env=env).stderr.splitlines() == [line]
     assert python(ANNOUNCE, env={**env, "RANK": "1"}).stderr == ""
+
+
+def test_emulator_installed_reads_the_declared_emulated_sdks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import _lightning_accel_sdk_aliases as sdk_aliases
+    from lightning_accel.core.emulation import emulator_installed
+
+    declared = {"hpu": {"vendor_sdk.torch": "some_emulator"}}
+    monkeypatch.setattr(sdk_aliases, "_cache", None)
+    monkeypatch.setattr(
+        sdk_aliases, "_read_entry_points", lambda tokens: {k: v for t in tokens for k, v in declared.get(t, {}).items()}
+    )
+    monkeypatch.setenv("LIGHTNING_ACCEL_EMULATE", "hpu")
+    assert emulator_installed("vendor_sdk.torch") is True
+    assert emulator_installed("other_sdk") is False
+    monkeypatch.setenv("LIGHTNING_ACCEL_EMULATE", "ipu")  # only the device types emulated now count
+    assert emulator_installed("vendor_sdk.torch") is False
+    monkeypatch.setenv("LIGHTNING_ACCEL_EMULATE", "0")
+    assert emulator_installed("vendor_sdk.torch") is False
