@@ -1,7 +1,8 @@
 """A software emulator of the Habana SDK (``habana_frameworks.torch``) for machines without Gaudi.
 
-The subpackage mirrors the SDK's module names so that :mod:`lightning_accel.habana.sdk` can hand it out in place of
-the real modules:
+The distribution lightning-accel-habana-emulator (installed by ``lightning-accel-habana[emulator]``). The package
+mirrors the SDK's module names so that, with emulation on, the SDK's names resolve to it in place of the real modules
+(lightning-accel-habana's seam imports those names and never this package):
 
 ========================================  ==============================================
 SDK module                                Emulator module
@@ -19,7 +20,7 @@ SDK module                                Emulator module
 ``...dynamo.compile_backend``             ``lightning_accel.habana_emulator.dynamo.compile_backend``
 ========================================  ==============================================
 
-With ``LIGHTNING_ACCEL_EMULATE=hpu`` the SDK's names resolve to these modules (the same module objects): the
+With ``LIGHTNING_ACCEL_EMULATE=hpu`` the SDK's names resolve to these modules (the same module objects): this
 distribution declares ``habana_frameworks.torch`` in the entry-point group ``lightning_accel.emulated_sdks.hpu`` and
 lightning-accel-core's import aliases do the rest. ``torch.compile``'s ``hpu_backend`` is registered when
 ``dynamo.compile_backend`` is imported, as on the SDK; torch lists it before that through the entry points of
