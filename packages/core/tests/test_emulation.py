@@ -103,3 +103,35 @@ def test_emulator_installed_reads_the_declared_emulated_sdks(monkeypatch: pytest
     assert emulator_installed("vendor_sdk.torch") is False
     monkeypatch.setenv("LIGHTNING_ACCEL_EMULATE", "0")
     assert emulator_installed("vendor_sdk.torch") is False
+
+
+def test_a_device_type_an_installed_emulator_declares_is_accepted_without_its_plugin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An emulator distribution may be installed alone (lightning-accel-habana-emulator without the integration).
+    from importlib.metadata import EntryPoint
+
+    from lightning_accel.core import emulation
+
+    group = "lightning_accel.emulated_sdks.npu"
+    fake = [EntryPoint(name="vendor_sdk", value="some_emulator", group=group)]
+    monkeypatch.setattr("importlib.metadata.entry_points", lambda **kw: _Groups({group: fake}))
+    assert "npu" in emulation._emulated_sdk_device_types()
+    monkeypatch.setenv("LIGHTNING_ACCEL_EMULATE", "npu")
+    reset_emulation_settings()
+    try:
+        assert emulation_settings().emulates("npu")
+    finally:
+        monkeypatch.undo()
+        reset_emulation_settings()
+
+
+class _Groups(dict):  # type: ignore[type-arg]
+    """What ``importlib.metadata.entry_points()`` returns from Python 3.10: entry points with their group names."""
+
+    @property
+    def groups(self) -> set[str]:
+        return set(self)
+
+    def select(self, group: str) -> list[object]:
+        return list(self.get(group, []))

@@ -142,7 +142,19 @@ def _known_device_types() -> list[str]:
     # Imported here: discovery reads entry points, which this module must not do at import time.
     from lightning_accel.core.discovery import discovered_plugins
 
-    return [name for plugin in discovered_plugins() for name in plugin.emulates]
+    return [name for plugin in discovered_plugins() for name in plugin.emulates] + _emulated_sdk_device_types()
+
+
+def _emulated_sdk_device_types() -> list[str]:
+    """The device types an installed emulator distribution declares an SDK for (an emulator may come alone)."""
+    from importlib.metadata import entry_points
+
+    import _lightning_accel_sdk_aliases as sdk_aliases
+
+    everything = entry_points()
+    # Python 3.8 and 3.9 return a dict of group -> entry points; 3.10 and later an object with the group names.
+    groups = everything.groups if hasattr(everything, "select") else everything.keys()
+    return [group[len(sdk_aliases.GROUP_PREFIX) :] for group in groups if group.startswith(sdk_aliases.GROUP_PREFIX)]
 
 
 @lru_cache(maxsize=1)
