@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_script
+from native_helpers import run_script
 
 
 def test_hpu_tensors_are_plain_torch_tensors_on_the_hpu_dispatch_key(on_device):
