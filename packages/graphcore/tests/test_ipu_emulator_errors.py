@@ -225,11 +225,16 @@ def test_stages_group_blocks(poptorch: ModuleType) -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.b(self.a(x))
 
-    # Two IPUs, one stage: a single device iteration is enough.
-    opts = poptorch.Options().setExecutionStrategy(poptorch.PipelinedExecution(poptorch.Stage("a", "b")))
+    # One stage on one IPU: a single device iteration is enough.
+    opts = poptorch.Options().setExecutionStrategy(poptorch.PipelinedExecution(poptorch.Stage("a", "b").ipu(0)))
     executor = poptorch.inferenceModel(TwoBlocks(), opts)
     assert executor(torch.ones(1, 2)).shape == (1, 2)
-    assert (executor._executable.num_ipus, executor._executable.stages) == (2, 1)
+    assert (executor._executable.num_ipus, executor._executable.stages) == (1, 1)
     executor.destroy()
+    # poptorch counts a pipeline stage at every change of IPU, whatever the stage grouping (Compiler.cpp:1286-1296):
+    # one stage over IPUs 0 and 1 is two pipeline stages.
+    grouped = poptorch.Options().setExecutionStrategy(poptorch.PipelinedExecution(poptorch.Stage("a", "b")))
+    with pytest.raises(poptorch.Error, match=r"number of pipeline stages \(2\)"):
+        poptorch.inferenceModel(TwoBlocks(), grouped)(torch.ones(1, 2))
     with pytest.raises(poptorch.Error, match=r"number of pipeline stages \(2\)"):
         poptorch.inferenceModel(TwoBlocks(), poptorch.Options())(torch.ones(1, 2))

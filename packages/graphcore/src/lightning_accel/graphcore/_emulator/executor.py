@@ -46,6 +46,7 @@ from . import device, report
 from .enums import MeanReductionStrategy, OutputMode, ReductionType
 from .errors import Error
 from .execution import ShardedExecution
+from .ipu_tensors import move_model_to_ipu
 from .left_out import left_out
 from .optim import LAMB, SGD, TensorFlowRMSprop, from_ipu_state, to_ipu_state
 from .optim import Optimizer as PoptorchOptimizer
@@ -222,9 +223,9 @@ class PoplarExecutor:
         self._rng_state: list[int] | None = None
         self._device_optimizer: torch.optim.Optimizer | None = None
         if training:
-            # Like poptorch (which swaps the model's class), a model has at most one live training wrapper.
+            # Like poptorch, which swaps the model's class (python/_poplar_executor.py:326-383), a model stays wrapped
+            # until the destroy() of a compiled training wrapper unwraps it, even after that wrapper is collected.
             _training_wrapped[model] = weakref.ref(self)
-            weakref.finalize(self, _training_wrapped.pop, model, None)
         weakref.finalize(self, device.release, id(self))
 
     # -- introspection -----------------------------------------------------------------------------------------
@@ -321,7 +322,8 @@ class PoplarExecutor:
             copy_ = tensor.detach().clone()
             state[name] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) if is_param else copy_
         self._device_state = state
-        # Each replica holds its own buffers (BatchNorm statistics): poptorch does not broadcast them
+        # Each replica holds its own buffers (BatchNorm statistics): a model that writes its buffers compiles with
+        # replicas only under broadcastBuffers(False) (see compile), which leaves each replica its own
         # (options.py:1508-1516). Replica 0's are the executor's, which the host reads back (PopART retrieves one
         # replica of a variable, VariableRetrievalMode.OnePerGroup).
         buffers = [name for name, _, is_param in self._host_tensors() if not is_param]
@@ -581,9 +583,11 @@ class PoplarExecutor:
         self._is_attached = False
 
     def destroy(self) -> None:
-        """Free the executable and the IPUs and unwrap the model; the host weights are current (line 1488)."""
-        if self._training:
-            _training_wrapped.pop(self._user_model, None)
+        """Free the executable and the IPUs and unwrap the model; the host weights are current (line 1488).
+
+        As in poptorch 3.4 (``_poplar_executor.py:1482-1501``), an executor that never compiled returns at once: a
+        training model it wraps stays wrapped, and ``trainingModel`` refuses to wrap it again.
+        """
         if not self.isCompiled():
             return
         if self._training:
@@ -591,6 +595,8 @@ class PoplarExecutor:
         device.release(id(self))
         self._is_attached = False
         self._executable = None
+        if self._training:
+            _training_wrapped.pop(self._user_model, None)
 
     # -- compilation -------------------------------------------------------------------------------------------
 
@@ -674,9 +680,15 @@ class PoplarExecutor:
             hook()
         split, spec = self._micro_batches(args, kwargs)
         first_args, first_kwargs = self._micro_batch(split, spec, 0)
+        # poptorch moves the model to ipu:0 to trace it and moves back only its parameters and buffers.
+        move_model_to_ipu(self._model)
         self._upload()
         names = {id(self._device_state[name]): name for name, _ in self._model.named_parameters()}
         context = DeviceContext(names, record=True, stages=self._options._execution_strategy.stage_manager())
+        opts = self._options
+        # In-place writes to weights and buffers are refused when replicas share broadcast buffers
+        # (poptorch/source/LowerToPopartFactories.cpp:41-43, SessionOptions.cpp:468-471).
+        replicas_needing_broadcast = opts.input_group_size < opts.replication_factor and opts.broadcast_buffers
         state_names = list(self._device_state)
         # The trace is a dry run: it must not consume random numbers or move running statistics.
         trace_state = [
@@ -686,14 +698,23 @@ class PoplarExecutor:
 
         def call(state: list[torch.Tensor], inputs: list[Any]) -> tuple[Any, torch.Tensor | None]:
             call_args, call_kwargs = unflatten(inputs, input_spec)
+            if replicas_needing_broadcast:
+                context.state_names = {id(tensor): name for name, tensor in strict_zip(state_names, state)}
             with self._device_weights(dict(strict_zip(state_names, state))), running_on(context):
-                output = _host_output_types(self._model(*call_args, **call_kwargs))
-            return output, final_loss(context.losses) if self._training else None
+                output = self._model(*call_args, **call_kwargs)
+            return _host_output_types(output), final_loss(context.losses) if self._training else None
 
         # Modules keep the train/eval mode the user set: poptorch never calls train() or eval() (python/, 3.4).
         with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(self._training):
             program = trace(call, trace_state, leaves)
-        stages = self._count_stages(context)
+        if context.inplace_writes:
+            # poptorch/source/InplaceOps.cpp:226-233; tests/buffers_test.py::test_failing_on_replicas.
+            raise Error(
+                "PopTorch does not support broadcasting buffers. If your model is able to tolerate buffers becoming "
+                "out of sync between replicas, you can disable buffer broadcasting using "
+                "poptorch.Options.broadcastBuffers(False)."
+            )
+        stages = context.forward_stages
         self._check_pipeline(stages)
         num_ipus = device.reserve_count(
             context.used_ipus, self._options.replication_factor, self._options.auto_round_num_ipus
@@ -713,10 +734,6 @@ class PoplarExecutor:
         for hook in _POST_COMPILE_HOOKS.values():
             hook()
         self._write_report()
-
-    def _count_stages(self, context: DeviceContext) -> int:
-        stages = context.block_stages
-        return 1 + sum(1 for before, after in zip(stages, stages[1:]) if before != after)
 
     def _check_pipeline(self, stages: int) -> None:
         if stages <= 1 or not self._options._execution_strategy.pipelined:

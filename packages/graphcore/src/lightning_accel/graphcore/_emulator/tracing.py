@@ -73,8 +73,17 @@ class DeviceContext:
         self._record = record
         # The execution strategy's stage manager (execution.StageManager): which stage and IPU a block gets.
         self._stages = stages
+        # poptorch's active IPU: 0 until a block starts, -1 once a `with Block` ended and until the next block
+        # starts (popart_compiler CompilerImpl.hpp:236-239, Compiler.cpp:1251).
         self.current_ipu = 0
         self.current_user_id: str | None = None
+        # Pipeline stages are counted as poptorch counts them: one more at every change of IPU, from IPU 0, where
+        # the operations before the first block run (Compiler.cpp:1286-1296, CompilerImpl.cpp:478-494).
+        self.last_ipu_used = 0
+        self.ipu_switches = 0
+        # The first in-place write to a weight or buffer seen (its name), for the broadcast-buffers rule.
+        self.state_names: dict[int, str] = {}
+        self.inplace_writes: list[str] = []
         self.blocks: list[tuple[str | None, int]] = []
         self.block_stages: list[int] = []
         self.operators: dict[int, Counter[str]] = {}
@@ -95,6 +104,9 @@ class DeviceContext:
 
             self._stages = PipelinedExecution().stage_manager()
         name, stage, ipu = self._stages.begin(user_id, ipu_id)
+        if ipu != self.last_ipu_used:
+            self.ipu_switches += 1
+        self.last_ipu_used = ipu
         self.current_ipu = ipu
         self.current_user_id = name
         self.blocks.append((name, ipu))
@@ -106,8 +118,19 @@ class DeviceContext:
             self._stages.reset_auto_id()
 
     def end_block(self) -> None:
-        """The enclosing block ended (``Block.__exit__``): later operations stay on its IPU, in no named block."""
+        """The enclosing block ended (``Block.__exit__``): until the next block starts, no operation may run.
+
+        poptorch 3.4 clears the active IPU (``LowerToPopart.cpp:689-690``, ``Compiler.cpp:1251``) and refuses every
+        later operation with "No active Block, all the ops must belong to a Block" (``CompilerImpl.cpp:424-427``;
+        ``tests/pipelining_test.py::test_missing_block``).
+        """
         self.current_user_id = None
+        self.current_ipu = -1
+
+    @property
+    def forward_stages(self) -> int:
+        """The forward pipeline stages as poptorch counts them: one plus the changes of IPU."""
+        return self.ipu_switches + 1
 
     def add_loss(self, value: torch.Tensor) -> None:
         """Register ``value`` as a loss of the graph."""
@@ -117,6 +140,8 @@ class DeviceContext:
         """Attribute one operator call (and the parameters it reads) to the current IPU."""
         if not self._record or name in _NOT_OPERATORS:
             return
+        if self.current_ipu < 0:
+            raise Error("No active Block, all the ops must belong to a Block")
         self.operators.setdefault(self.current_ipu, Counter())[name] += 1
         used = self.parameters.setdefault(self.current_ipu, set())
         for value in (*args, *kwargs.values()):
@@ -128,6 +153,50 @@ class DeviceContext:
     def used_ipus(self) -> int:
         """How many IPUs one replica of the model spans (``max ipu_id + 1``)."""
         return max((ipu for _, ipu in self.blocks), default=0) + 1
+
+    def check_inplace(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Note an in-place write to a weight or buffer of the model.
+
+        ``add_``, ``+=``, ``copy_``, ``out=`` and a training BatchNorm's running statistics write in place.
+        """
+        if not self.state_names:
+            return
+        targets: list[Any] = []
+        if (name.endswith("_") and not name.startswith("_")) or name in _INPLACE_DUNDERS:
+            targets.append(args[0] if args else None)
+        if "out" in kwargs:
+            targets.append(kwargs["out"])
+        if name == "batch_norm" and _positional(args, 5, kwargs.get("training", False)):
+            # Training BatchNorm updates its running statistics in place.
+            targets.append(_positional(args, 1, kwargs.get("running_mean")))
+            targets.append(_positional(args, 2, kwargs.get("running_var")))
+        for target in targets:
+            written = self.state_names.get(id(target)) if isinstance(target, torch.Tensor) else None
+            if written is not None:
+                self.inplace_writes.append(written)
+
+
+_INPLACE_DUNDERS = frozenset(
+    {
+        "__iadd__",
+        "__isub__",
+        "__imul__",
+        "__itruediv__",
+        "__ifloordiv__",
+        "__imod__",
+        "__ipow__",
+        "__iand__",
+        "__ior__",
+        "__ixor__",
+        "__ilshift__",
+        "__irshift__",
+        "__setitem__",
+    }
+)
+
+
+def _positional(args: tuple[Any, ...], index: int, default: Any = None) -> Any:
+    return args[index] if len(args) > index else default
 
 
 def current_context() -> DeviceContext | None:
@@ -167,6 +236,7 @@ class _DeviceMode(TorchFunctionMode):
             if torch.float16 in dtypes and torch.float32 in dtypes:
                 args = tuple(_upcast(arg) for arg in args)
                 kwargs = {key: _upcast(value) for key, value in kwargs.items()}
+        self._context.check_inplace(name, args, kwargs)
         out = func(*args, **kwargs)
         if isinstance(out, torch.Tensor):
             self._context.record(name, args, kwargs)
