@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
@@ -85,17 +84,36 @@ def _environment(**extra: str) -> dict[str, str]:
     return env
 
 
+_TIMED_LOAD = """
+import time
+start = time.perf_counter()
+from lightning_accel import emulated_hpu
+emulated_hpu.load()
+print(time.perf_counter() - start)
+"""
+
+
 def fresh_build_seconds() -> float:
     with tempfile.TemporaryDirectory() as cache:
-        code = "import time; t=time.perf_counter(); from lightning_accel import emulated_hpu; emulated_hpu.load(); print(time.perf_counter()-t)"
-        out = subprocess.run([sys.executable, "-c", code], env=_environment(LIGHTNING_ACCEL_CACHE_DIR=cache),
-                             capture_output=True, text=True, check=True)
+        code = _TIMED_LOAD
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env=_environment(LIGHTNING_ACCEL_CACHE_DIR=cache),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return float(out.stdout.strip().splitlines()[-1])
 
 
 def cached_load_seconds() -> float:
-    code = "import torch, time; t=time.perf_counter(); from lightning_accel import emulated_hpu; emulated_hpu.load(); print(time.perf_counter()-t)"
-    out = subprocess.run([sys.executable, "-c", code], env=_environment(), capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch\n" + _TIMED_LOAD],
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 
-
 def environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LIGHTNING_ACCEL_EMULATE", "PT_HPU_", "HABANA_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])

@@ -4,7 +4,6 @@ SDK's own generator, exact memory, training that matches the host bit for bit.""
 from __future__ import annotations
 
 import pytest
-
 from native_helpers import run_script
 
 
