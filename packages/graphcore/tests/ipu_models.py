@@ -92,7 +92,11 @@ class BeginBlockModule(ClassifierBase):
 
 
 class BlockContextModule(ClassifierBase):
-    """The seed's second model-parallel example: ``with poptorch.Block(ipu_id=...)`` inside forward."""
+    """The seed's second model-parallel example: ``with poptorch.Block(ipu_id=...)`` inside forward and the steps.
+
+    Once a ``with`` block ends, poptorch refuses every operation until the next block starts ("No active Block"),
+    so the steps compute their loss and accuracy inside the last block; ``self.log`` may come after it.
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -103,7 +107,7 @@ class BlockContextModule(ClassifierBase):
         self.act = torch.nn.ReLU()
         self.softmax = torch.nn.Softmax(dim=1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
         with poptorch.Block(ipu_id=0):
             x = self.act(self.layer1(x))
         with poptorch.Block(ipu_id=1):
@@ -111,6 +115,24 @@ class BlockContextModule(ClassifierBase):
         with poptorch.Block(ipu_id=2):
             x = self.act(self.layer3(x))
             x = self.act(self.layer4(x))
-        with poptorch.Block(ipu_id=3):
-            x = self.softmax(x)
         return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x)
+        with poptorch.Block(ipu_id=3):
+            return self.softmax(x)
+
+    def training_step(self, batch: Any, batch_idx: Any) -> torch.Tensor:
+        x, y = batch
+        x = self.features(x)
+        with poptorch.Block(ipu_id=3):
+            loss = F.cross_entropy(self.softmax(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: Any) -> None:
+        x, y = batch
+        x = self.features(x)
+        with poptorch.Block(ipu_id=3):
+            accuracy = (self.softmax(x).argmax(-1) == y).float().mean()
+        self.log("val_acc", accuracy)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from lightning_accel.core.errors import ConfigurationError
 
@@ -82,6 +82,14 @@ def _concatenate(batches: list[Any]) -> Any:
     return batches[-1]
 
 
+def _plain_batching(batch_sampler: Any) -> bool:
+    """Whether ``batch_sampler`` batches as torch's ``BatchSampler`` does (consecutive ``batch_size`` indices)."""
+    # Lightning's _IndexBatchSamplerWrapper (predict) holds the user's batch sampler in _batch_sampler.
+    inner = getattr(batch_sampler, "_batch_sampler", batch_sampler)
+    kind = type(inner)
+    return isinstance(inner, BatchSampler) and kind.__iter__ is BatchSampler.__iter__
+
+
 def to_poptorch_loader(dataloader: object, options: Any, poptorch: ModuleType, name: str) -> object:
     """A ``poptorch.DataLoader`` over the same data, sampler and collation as ``dataloader``.
 
@@ -112,10 +120,11 @@ def to_poptorch_loader(dataloader: object, options: Any, poptorch: ModuleType, n
         sampler = dataloader.sampler
         batch_sampler = dataloader.batch_sampler
         if batch_size is None:
-            # A batch sampler that wraps a sampler (Lightning's predict wrapper copies these attributes) is unwrapped.
+            # torch's own BatchSampler is unwrapped to its sampler and batch size (Lightning's predict wrapper copies
+            # these attributes); a subclass with its own batching (length bucketing) keeps it.
             inner_size = getattr(batch_sampler, "batch_size", None)
             inner_sampler = getattr(batch_sampler, "sampler", None)
-            if isinstance(inner_size, int) and inner_sampler is not None:
+            if isinstance(inner_size, int) and inner_sampler is not None and _plain_batching(batch_sampler):
                 batch_size, sampler = inner_size, inner_sampler
             else:
                 return CombinedBatchLoader(

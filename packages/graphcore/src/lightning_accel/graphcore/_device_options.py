@@ -29,7 +29,8 @@ def resolve_options(
     """A fresh ``poptorch.Options`` for one stage: the user's (cloned) with the Trainer's settings filled in.
 
     A value the user left at its default takes the Trainer's; a value the user set that contradicts the Trainer is
-    an error rather than a silent choice.
+    an error rather than a silent choice. With replicas, buffers are not broadcast (``broadcastBuffers(False)``):
+    poptorch compiles a model that writes its buffers (BatchNorm) with replicas only then.
 
     Raises:
         ConfigurationError: When the user's options contradict ``devices``, ``device_iterations`` or
@@ -67,6 +68,13 @@ def resolve_options(
             f"{argument}.Training.gradientAccumulation({current}) is not accepted for inference: leave it at 1 and "
             "raise deviceIterations instead to feed a pipeline."
         )
+    if opts.input_group_size < opts.replication_factor and opts.broadcast_buffers:
+        # poptorch refuses every in-place write to a buffer (BatchNorm's num_batches_tracked and running statistics)
+        # when replicas broadcast their buffers, its default (InplaceOps.cpp:226-233, options.py:1182); it only
+        # supports buffers that each replica keeps for itself (options.py:1508-1516). Broadcasting changes nothing
+        # for a model that never writes its buffers, so replicas always keep their own: each replica's BatchNorm
+        # statistics follow its own micro-batches, and the host (checkpoints) reads replica 0's.
+        opts.broadcastBuffers(False)
     if seed is not None and not opts.exists("random_seed"):
         # createOrSet, not randomSeed(): the latter would also reseed torch in the middle of the run.
         opts.createOrSet(random_seed=seed)

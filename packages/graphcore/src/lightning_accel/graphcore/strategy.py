@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
@@ -20,14 +21,13 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
-from lightning_accel.core.pycompat import strict_zip
 
 from . import sdk
 from ._dataloaders import to_poptorch_loader
 from ._device_options import device_optimizer, resolve_options, sync_hyperparameters
 from ._optimizer_checks import check_every_weight_is_optimized, hyperparameters, refused_change_message
 from ._replication import AutoDevices, replication_from_options, trim_automatic_devices
-from ._step_module import StepModule
+from ._step_module import StepModule, metric_states_kept_on_host
 from .accelerator import IPUAccelerator
 from .precision import IPUPrecision, normalize_precision
 
@@ -165,6 +165,7 @@ class IPUStrategy(ParallelStrategy):
         self._ipu_optimizer_state: dict[str, Any] | None = None
         self._step_module: StepModule | None = None
         self._device_optimizer: Any = None
+        self._optimizer_structure: Any = None
         self._accepted_hyperparameters: list[dict[str, Any]] = []
         self._saved_engine_options: str | None = None
         self._accumulation = 1
@@ -385,28 +386,47 @@ class IPUStrategy(ParallelStrategy):
         self._configure_autoreport()
         super().setup(trainer)
         poptorch = self._poptorch
-        self._step_module = StepModule(module, loss_marker=poptorch.identity_loss)
+        self._step_module = StepModule(module, loss_marker=poptorch.identity_loss, block=poptorch.Block)
         if trainer.state.fn == TrainerFn.FITTING:
             self._ipu_optimizer_state = None
-            self._build_training_model()
+            # The device optimizer now (a resumed checkpoint loads its state); the training model right before the
+            # first training call (see _wrap_training_model).
+            self._build_device_optimizer()
 
-    def _build_training_model(self) -> None:
-        """Wrap the step for training with a device optimizer built from the host optimizer as it is now."""
+    def _build_device_optimizer(self) -> None:
+        """The device optimizer (a ``poptorch.optim`` one), built from the host optimizer as it is now."""
         module = self.lightning_module
         trainer = self._trainer
         assert module is not None and trainer is not None
-        poptorch = self._poptorch
         clip = trainer.gradient_clip_val
         check_every_weight_is_optimized(module, self.optimizers[0])
         self._device_optimizer = device_optimizer(
             self.optimizers[0],
-            poptorch,
+            self._poptorch,
             float(clip) if clip and clip > 0 else None,
             schedulers=[config.scheduler for config in self.lr_scheduler_configs],
         )
         self._accepted_hyperparameters = hyperparameters(self._device_optimizer)
+        self._optimizer_structure = self._structure(training=True)
+
+    def _wrap_training_model(self) -> Any:
+        """Wrap the step for training, right before the call that compiles it.
+
+        poptorch cannot wrap a model twice: ``destroy()`` unwraps only a compiled training model
+        (``python/_poplar_executor.py:1482-1501``) and ``trainingModel`` refuses a wrapped one ("Model has already
+        been wrapped in 'poptorch.trainingModel'", ``python/__init__.py:703-707``). Wrapping right before the first
+        call means a callback that changes what trains before then
+        (``BackboneFinetuning(unfreeze_backbone_at_epoch=0)``, a resumed ``BaseFinetuning``) only rebuilds the device
+        optimizer: no model is ever wrapped without compiling.
+        """
+        poptorch = self._poptorch
+        if self._optimizer_structure != self._structure(training=True):
+            self._rebuild_device_optimizer()
+        assert self._device_optimizer is not None
+        sync_hyperparameters(self.optimizers[0], self._device_optimizer)
+        self._accepted_hyperparameters = hyperparameters(self._device_optimizer)
         try:
-            self.poptorch_models[RunningStage.TRAINING] = poptorch.trainingModel(
+            executor = poptorch.trainingModel(
                 self._step_module, self._stage_options(RunningStage.TRAINING), optimizer=self._device_optimizer
             )
         except (poptorch.Error, AssertionError, ValueError) as err:
@@ -415,7 +435,17 @@ class IPUStrategy(ParallelStrategy):
                 f"poptorch refused the optimizer {type(self.optimizers[0]).__name__}: "
                 f"{getattr(err, 'message', None) or err}. Check its hyper-parameters in configure_optimizers."
             ) from err
+        self.poptorch_models[RunningStage.TRAINING] = executor
         self._compiled_structure[RunningStage.TRAINING] = self._structure(training=True)
+        return executor
+
+    def _rebuild_device_optimizer(self) -> None:
+        """Build the device optimizer again for new parameter groups; the moments of the weights still there stay."""
+        state = dict(self._device_optimizer.state_dict()) if self._device_optimizer is not None else {}
+        self._build_device_optimizer()
+        if state.get("ipu_state") is not None and self._device_optimizer is not None:
+            # The moments of weights the new model still has are written to it (by name) when it compiles.
+            self._device_optimizer.set_state_dict({"ipu_state": state["ipu_state"], "ipu_param": state["ipu_param"]})
 
     def _structure(self, training: bool) -> Any:
         """What a compiled model depends on: the names and shapes of the weights.
@@ -440,10 +470,13 @@ class IPUStrategy(ParallelStrategy):
             "weights, trainable parameters, optimizer groups and batch shapes; on IPUs each compile takes minutes."
         )
         old = self.poptorch_models.pop(RunningStage.TRAINING)
+        # Its state first: destroy() copies the device's weights and optimizer state to the host.
         state = dict(self._device_optimizer.state_dict()) if self._device_optimizer is not None else {}
+        # Only a compiled model is wrapped (see _wrap_training_model), and destroy() unwraps it.
         old.destroy()
         self._compiled_rows.pop(RunningStage.TRAINING, None)
-        self._build_training_model()
+        self._compiled_structure.pop(RunningStage.TRAINING, None)
+        self._build_device_optimizer()
         if state.get("ipu_state") is not None and self._device_optimizer is not None:
             # The moments of weights the new model still has are written to it (by name) when it compiles.
             self._device_optimizer.set_state_dict({"ipu_state": state["ipu_state"], "ipu_param": state["ipu_param"]})
@@ -487,9 +520,11 @@ class IPUStrategy(ParallelStrategy):
                 # A callback changed the weights (pruning's weight_orig and weight_mask): compile again.
                 self.poptorch_models.pop(key).destroy()
                 executor = None
-        if executor is None:
-            if stage == RunningStage.TRAINING:
+        if executor is None and stage == RunningStage.TRAINING:
+            if self._device_optimizer is None or self._step_module is None:
                 raise ConfigurationError("The IPU training model is set up by Trainer.fit only.")
+            return self._wrap_training_model()
+        if executor is None:
             assert self._step_module is not None
             if isinstance(key, tuple) and len(key) == 3:
                 name = _STAGE_NAMES[stage]
@@ -576,7 +611,13 @@ class IPUStrategy(ParallelStrategy):
         compiled = executor.isCompiled()
         prepared = self._prepare_input(args, self._factor(executor.options))
         try:
-            output, logged = executor(*prepared)
+            if compiled:
+                output, logged = executor(*prepared)
+            else:
+                # This call compiles: poptorch moves the module tree to the IPU and back only its weights.
+                assert self.lightning_module is not None
+                with metric_states_kept_on_host(self.lightning_module):
+                    output, logged = executor(*prepared)
         except (poptorch.Error, AssertionError) as err:
             # poptorch reports many option, batch and block errors as AssertionError (options.py:720,
             # _poplar_executor.py:1521), the others as poptorch.Error.
@@ -584,7 +625,8 @@ class IPUStrategy(ParallelStrategy):
                 raise
             message = err.message if isinstance(err, poptorch.Error) else str(err)
             raise ConfigurationError(
-                f"poptorch could not compile the {_STAGE_NAMES[stage]} model: {message}\n{_HINT}"
+                f"poptorch could not compile the {_STAGE_NAMES[stage]} model: {message}\n"
+                f"{_advice(message, stage, executor.options)}"
             ) from err
         if not compiled:
             # The step's Python ran once, while this call compiled it: what it logged names this executor's outputs.
@@ -596,9 +638,14 @@ class IPUStrategy(ParallelStrategy):
     def _log_on_host(self, records: list[Any], logged: tuple[torch.Tensor, ...]) -> None:
         module = self.lightning_module
         assert module is not None
-        for (name, kwargs), value in strict_zip(records, logged):
+        values = iter(logged)
+        for name, kwargs, constant in records:
+            if constant is not None:
+                # A Python number logged in the step: a constant of the compiled step, kept on the host.
+                module.log(name, constant, **kwargs)
+                continue
             # The device returns the value per micro-batch (or replica) the output mode keeps: log their mean.
-            module.log(name, value.detach().float().mean(), **kwargs)
+            module.log(name, next(values).detach().float().mean(), **kwargs)
 
     @staticmethod
     def _scalar_loss(output: Any) -> Any:
@@ -758,6 +805,10 @@ class IPUStrategy(ParallelStrategy):
             super().load_optimizer_state_dict(checkpoint)
         if self._device_optimizer is None or not states:
             return
+        if self._optimizer_structure != self._structure(training=True):
+            # A callback changed the groups after setup (a resumed BaseFinetuning restores its groups in
+            # on_fit_start): the device optimizer follows the host one before it loads the state.
+            self._build_device_optimizer()
         state = states[0]
         if not host_state:
             self._device_optimizer.load_state_dict(state)
@@ -795,6 +846,39 @@ class IPUStrategy(ParallelStrategy):
 
 
 IPUPlugin = IPUStrategy
+
+
+def _advice(message: str, stage: RunningStage, options: Any) -> str:
+    """What to change in the LightningModule or the Trainer for a compile error poptorch gives."""
+    if "No active Block" in message:
+        return (
+            "On IPUs every operation of a pipelined step must run inside a block: once a `with poptorch.Block(...)` "
+            f"ends, nothing may be computed until the next one starts. Compute everything the {_STAGE_NAMES[stage]} "
+            "step returns or logs (the loss, accuracies) inside the last `with poptorch.Block(...)`, or start the "
+            "blocks with poptorch.BeginBlock / poptorch.Block.start(...), which last until the next block starts. "
+            "(IPUStrategy puts its own loss marker inside the step's last block.)"
+        )
+    match = re.search(r"number of pipeline stages \((\d+)\)", message)
+    if match is not None:
+        needed = int(match.group(1))
+        counting = (
+            "poptorch counts a pipeline stage at every change of IPU, starting from IPU 0, where the layers before "
+            "the first block run (a model whose only block is BeginBlock(head, ipu_id=1) has 2 stages)"
+        )
+        if stage == RunningStage.TRAINING:
+            current = options.Training.gradient_accumulation
+            return (
+                f"The training pipeline has {needed} stages ({counting}; training adds a backward stage for every "
+                f"forward stage but the last), so it needs Trainer(accumulate_grad_batches={needed}) or more; it "
+                f"has {current}. Pass accumulate_grad_batches>={needed}, or put the layers before the first block "
+                "on that block's IPU (one stage less per IPU change)."
+            )
+        return (
+            f"The {_STAGE_NAMES[stage]} pipeline has {needed} stages ({counting}), so it needs "
+            f"IPUStrategy(device_iterations={needed}) or more; it has {options.device_iterations}. Pass "
+            f"device_iterations>={needed} (or inference_opts with deviceIterations({needed}))."
+        )
+    return _HINT
 
 
 def _check_report_directory(path: str | os.PathLike[str]) -> None:
