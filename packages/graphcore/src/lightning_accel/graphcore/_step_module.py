@@ -159,13 +159,14 @@ def metric_states_kept_on_host(module: torch.nn.Module) -> Iterator[None]:
             continue
         states = {name: getattr(metric, name) for name in defaults if hasattr(metric, name)}
         moved = {name: metric.__dict__[name] for name in _METRIC_MOVED if name in metric.__dict__}
-        saved.append((metric, dict(defaults), states, moved))
+        saved.append((metric, defaults, dict(defaults), states, moved))
     try:
         yield
     finally:
-        for metric, defaults, states, moved in saved:
-            metric._defaults.clear()
-            metric._defaults.update(defaults)
+        for metric, live, defaults, states, moved in saved:
+            # Metric._apply replaces the defaults in the same dict.
+            live.clear()
+            live.update(defaults)
             for name, value in states.items():
                 setattr(metric, name, value)
             metric.__dict__.update(moved)

@@ -65,7 +65,7 @@ class IPUTensor(torch.Tensor):
             return out.as_subclass(torch.Tensor)
         return out
 
-    def __repr__(self, *args: Any, **kwargs: Any) -> str:
+    def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         return f"IPUTensor(shape={tuple(self.shape)}, dtype={self.dtype}, device='ipu:0')"
 
 
