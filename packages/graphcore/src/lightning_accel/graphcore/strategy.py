@@ -439,9 +439,10 @@ class IPUStrategy(ParallelStrategy):
         self._compiled_structure[RunningStage.TRAINING] = self._structure(training=True)
         return executor
 
-    def _rebuild_device_optimizer(self) -> None:
+    def _rebuild_device_optimizer(self, state: dict[str, Any] | None = None) -> None:
         """Build the device optimizer again for new parameter groups; the moments of the weights still there stay."""
-        state = dict(self._device_optimizer.state_dict()) if self._device_optimizer is not None else {}
+        if state is None:
+            state = dict(self._device_optimizer.state_dict()) if self._device_optimizer is not None else {}
         self._build_device_optimizer()
         if state.get("ipu_state") is not None and self._device_optimizer is not None:
             # The moments of weights the new model still has are written to it (by name) when it compiles.
@@ -470,16 +471,13 @@ class IPUStrategy(ParallelStrategy):
             "weights, trainable parameters, optimizer groups and batch shapes; on IPUs each compile takes minutes."
         )
         old = self.poptorch_models.pop(RunningStage.TRAINING)
-        # Its state first: destroy() copies the device's weights and optimizer state to the host.
         state = dict(self._device_optimizer.state_dict()) if self._device_optimizer is not None else {}
-        # Only a compiled model is wrapped (see _wrap_training_model), and destroy() unwraps it.
+        # Only a compiled model is ever wrapped (see _wrap_training_model), so destroy() unwraps it; the next
+        # training call wraps the step again.
         old.destroy()
         self._compiled_rows.pop(RunningStage.TRAINING, None)
         self._compiled_structure.pop(RunningStage.TRAINING, None)
-        self._build_device_optimizer()
-        if state.get("ipu_state") is not None and self._device_optimizer is not None:
-            # The moments of weights the new model still has are written to it (by name) when it compiles.
-            self._device_optimizer.set_state_dict({"ipu_state": state["ipu_state"], "ipu_param": state["ipu_param"]})
+        self._rebuild_device_optimizer(state)
 
     @override
     def setup_optimizers(self, trainer: Trainer) -> None:
