@@ -258,3 +258,37 @@ def test_an_unsupported_torch_is_refused_by_name():
     check_torch("2.13.0+cpu")
     with pytest.raises(DeviceBuildError, match=r"supports torch 2\.13, but torch==2\.12\.1 is installed"):
         check_torch("2.12.1")
+
+
+def test_float64_and_int64_are_computed_as_the_sdk_computes_them(on_device):
+    result = on_device(
+        """
+        import torch
+        def probe():
+            big = torch.tensor([2**31 - 1], device="hpu")
+            fine = torch.tensor([1.0], dtype=torch.float64, device="hpu")
+            return {
+                "int64": (big + 1).item(),
+                "int64_dtype": str((big + 1).dtype),
+                "float64": (fine + 1e-12).item(),
+                "float64_dtype": str((fine + 1e-12).dtype),
+                "copied": torch.tensor([1.0 + 1e-12], dtype=torch.float64).to("hpu").item(),
+            }
+        default = probe()  # eager mode: int64 is supported, float64 never is
+        device.set_internal_dtypes(float64_as_float32=True, int64_as_int32=True)
+        lazy = probe()  # lazy mode: int64 is computed as int32 on the card
+        device.set_internal_dtypes(float64_as_float32=False, int64_as_int32=False)
+        exact = probe()
+        report(default=default, lazy=lazy, exact=exact)
+        """
+    )
+    assert result["default"] == {
+        "int64": 2**31,
+        "int64_dtype": "torch.int64",
+        "float64": 1.0,
+        "float64_dtype": "torch.float64",
+        "copied": 1.0,
+    }
+    assert result["lazy"]["int64"] == -(2**31) and result["lazy"]["int64_dtype"] == "torch.int64"
+    assert result["lazy"]["float64"] == 1.0
+    assert result["exact"]["int64"] == 2**31 and result["exact"]["float64"] == 1.0 + 1e-12

@@ -61,6 +61,12 @@ at::Tensor adopt(const at::Tensor& backing_tensor);
 // An HPU view over `base`'s storage with the geometry of `backing_view` (a view of base's alias).
 at::Tensor hpu_view_like(const at::Tensor& base, const at::Tensor& backing_view);
 
+// --- aten/InternalDtypes.cpp -----------------------------------------------------------------------------------
+// float64 values with float32 precision, int64 values wrapping at 32 bits, when the SDK's mode says so.
+void set_internal_dtypes(bool float64_as_float32, bool int64_as_int32);
+bool narrows(c10::ScalarType dtype);
+void to_internal_dtype(const at::Tensor& hpu_tensor);
+
 // --- aten/Fallback.cpp -----------------------------------------------------------------------------------------
 // Sends the operators that have both a CPU kernel and a generic one to the CPU kernel (called once, at load).
 void route_to_backing_kernels();

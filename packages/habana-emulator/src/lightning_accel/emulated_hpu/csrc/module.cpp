@@ -29,6 +29,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Make the peak start again from the memory in use now.");
   m.def("set_memory_limit", &lightning_accel::hpu::set_memory_limit, pybind11::arg("bytes"),
         "Bytes the device may hold before an allocation fails with torch.OutOfMemoryError (0: no limit).");
+  m.def("set_internal_dtypes", &lightning_accel::hpu::set_internal_dtypes, pybind11::arg("float64_as_float32"),
+        pybind11::arg("int64_as_int32"),
+        "What the SDK computes float64 and int64 in: float32 precision always, 32-bit int64 in lazy mode.");
+  m.def("backing_alias", [](const at::Tensor& t) { return lightning_accel::hpu::backing_alias(t, false); },
+        pybind11::arg("tensor"),
+        "A tensor of the backing device viewing exactly the memory of an HPU tensor (no copy): for the SDK layers "
+        "that hand HPU memory to host libraries (collectives, graph replay).");
+  m.def("adopt", &lightning_accel::hpu::adopt, pybind11::arg("tensor"),
+        "An HPU tensor owning the memory of a fresh tensor of the backing device (no copy); counted as device memory.");
   m.def("default_generator", &lightning_accel::hpu::default_generator,
         "The HPU's default generator, a torch.Generator of device 'hpu'.");
 }

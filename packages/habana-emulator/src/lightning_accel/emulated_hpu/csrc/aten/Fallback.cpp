@@ -104,6 +104,10 @@ class Call {
     }
     const auto type = tensor.device().type();
     if (type == kHPU) {
+      TORCH_CHECK_NOT_IMPLEMENTED(tensor.has_storage() && tensor.storage().device_type() == kHPU, plan_.name,
+                                  " reached the emulated HPU's kernels with an HPU tensor that has no device memory (a "
+                                  "fake or functional tensor, as torch.compile traces with): the operator needs a meta "
+                                  "kernel or a decomposition to be traced on the HPU.");
       saw_hpu_ = true;
       auto alias = backing_alias(tensor, writes);
       swaps_.push_back({tensor, alias, alias.storage().data(), writes});
@@ -186,6 +190,7 @@ class Call {
           swap.alias.storage_offset() != swap.hpu.storage_offset()) {
         hpu_impl->set_sizes_and_strides(swap.alias.sizes(), swap.alias.strides(), swap.alias.storage_offset());
       }
+      to_internal_dtype(swap.hpu);
     }
   }
 
@@ -218,10 +223,13 @@ class Call {
       auto& value = stack[i];
       if (value.isTensor()) {
         value = to_hpu(value.toTensor());
+        to_internal_dtype(value.toTensor());
       } else if (value.isTensorList()) {
         auto list = value.toTensorList();
         for (size_t k = 0; k < list.size(); ++k) {
-          list.set(k, to_hpu(list.get(k)));
+          auto result = to_hpu(list.get(k));
+          to_internal_dtype(result);
+          list.set(k, result);
         }
       }
     }

@@ -47,6 +47,9 @@ at::Tensor on_backing(const at::Tensor& tensor) {
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   auto target = on_backing(dst);
   target.copy_(on_backing(self), non_blocking);
+  if (dst.device().type() == kHPU) {
+    to_internal_dtype(dst);
+  }
   return dst;
 }
 
@@ -61,6 +64,14 @@ at::Tensor& set_empty(at::Tensor& self) {
   at::native::set_storage_cpu_(self, storage, 0, {0}, {});
   TORCH_INTERNAL_ASSERT(dtype == self.dtype());
   return self;
+}
+
+// torch asks the device which fused attention kernel F.scaled_dot_product_attention should use. The HPU has none of
+// the CPU's (its flash kernel for the CPU is not an HPU kernel), so the answer is torch's device-generic math path, as
+// for any device without fused attention kernels: it traces under torch.compile and runs on any backing device.
+int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                         double, bool, std::optional<double>, bool) {
+  return 0;  // sdp::SDPBackend::math
 }
 
 void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {
@@ -85,6 +96,7 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("set_", set_empty);
   m.impl("is_set_to", at::native::is_set_to);
   m.impl("record_stream", record_stream);
+  m.impl("_fused_sdp_choice", fused_sdp_choice);
 }
 
 }  // namespace lightning_accel::hpu
