@@ -70,7 +70,12 @@ class IPUTensor(torch.Tensor):
 
 
 def _plain(value: Any) -> Any:
-    return value.as_subclass(torch.Tensor) if isinstance(value, IPUTensor) else value
+    if not isinstance(value, IPUTensor):
+        return value
+    # The host tensor it was made from (same memory): a view made now would be an operation of the trace, which
+    # torch 2.0's tracer refuses on a tensor subclass.
+    host = value.__dict__.get("_host")
+    return host if host is not None else value.as_subclass(torch.Tensor)
 
 
 def _changes_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -89,7 +94,10 @@ def move_model_to_ipu(model: torch.nn.Module) -> None:
     def to_ipu(tensor: torch.Tensor) -> torch.Tensor:
         if id(tensor) in kept or isinstance(tensor, IPUTensor):
             return tensor
-        return tensor.detach().as_subclass(IPUTensor)
+        host = tensor.detach()
+        moved = host.as_subclass(IPUTensor)
+        moved.__dict__["_host"] = host
+        return moved
 
     with torch.no_grad():
         model._apply(to_ipu)
