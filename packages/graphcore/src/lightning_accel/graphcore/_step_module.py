@@ -100,9 +100,9 @@ class _LastBlock:
         block = self._block
         if block is None:
             return self
-        self._start = block.__dict__["start"]
+        self._block_start = block.__dict__["start"]
         self._exit = block.__dict__["__exit__"]
-        start, end = self._start.__func__, self._exit
+        start, end = self._block_start.__func__, self._exit
 
         def tracked_start(user_id: Any = None, ipu_id: Any = None) -> Any:
             self.last, self.ended = (user_id, ipu_id), False
@@ -119,13 +119,13 @@ class _LastBlock:
 
     def __exit__(self, *exc: object) -> None:
         if self._block is not None:
-            self._block.start = self._start
+            self._block.start = self._block_start
             self._block.__exit__ = self._exit
 
     def reopen(self) -> None:
         """Start the last block again if the step left it (and no other block started since)."""
         if self._block is not None and self.ended and self.last is not None:
-            self._start.__func__(*self.last)
+            self._block_start.__func__(*self.last)
             self.ended = False
 
 
