@@ -28,7 +28,8 @@ nox.options.sessions = [
     "ipu_stack_tests",
     "hpu_tests",
     "hpu_emulator_tests",
-    "hpu_opinfo",
+    # hpu_opinfo (every OpInfo, 8 minutes) is left out of the default run while a full run takes 82 minutes on this
+    # project's 2-core machines (CI's limit is 90); hpu_emulator_tests keeps a seeded 120-OpInfo sample of it.
     "ipu_tests",
     "deepspeed_hpu_tests",
     "ray_tests",
