@@ -67,4 +67,6 @@ class Generator(_TorchGenerator, metaclass=_GeneratorMeta):
 
 def register() -> None:
     """Make ``torch.Generator`` the class above (once per process)."""
+    # NOT an SDK load effect: the real SDK leaves torch.Generator alone (its HPU generator is a C++ GeneratorImpl).
+    # A limit of this Python wrapper device, which issue 28 deletes: lightning_accel.emulated_hpu has a native one.
     torch.Generator = Generator  # type: ignore[misc]

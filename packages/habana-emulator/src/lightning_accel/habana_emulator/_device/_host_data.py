@@ -183,4 +183,6 @@ class _TensorData:
 def register() -> None:
     """Let host tensors take ``"hpu"`` data through ``tensor.data = ...``, as on a Gaudi (see the module)."""
     if not isinstance(torch.Tensor.__dict__.get("data"), _TensorData):
+        # NOT an SDK load effect: on Gaudi, `param.data = hpu_tensor` works natively (HPU is c10's own device type).
+        # A limit of this Python wrapper device, which issue 28 deletes: on lightning_accel.emulated_hpu it is native.
         torch.Tensor.data = _TensorData()  # type: ignore[assignment]
