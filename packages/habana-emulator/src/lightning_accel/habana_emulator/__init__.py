@@ -26,9 +26,9 @@ lightning-accel-core's import aliases do the rest. ``torch.compile``'s ``hpu_bac
 ``dynamo.compile_backend`` is imported, as on the SDK; torch lists it before that through the entry points of
 lightning-accel-habana.
 
-Loading it makes ``"hpu"`` a torch device (``_device``, private as the SDK has no such module): tensors made with
-``device="hpu"`` are HPU tensors to torch, and their data lives on the backing device chosen by
-``LIGHTNING_ACCEL_EMULATE_BACKEND`` (``cpu`` or ``cuda``).
+Loading it loads the emulated HPU device (``lightning_accel.emulated_hpu``, a C++ device on c10's ``DeviceType::HPU``,
+as the SDK loads its bridge; ``_native`` does it) and registers ``hpu`` as torch's device module: tensors made with
+``device="hpu"`` are plain ``torch.Tensor`` objects on the HPU dispatch key, and their memory is host memory.
 """
 
 from . import _load_effects
@@ -56,12 +56,12 @@ _not_emulated.install_finder()
 
 # The generation is read once, as the SDK learns it from the card when it loads; a bad value fails the load.
 _generation.load_generation()
-# As the SDK's import registers its device with torch, loading the emulated SDK makes "hpu" a torch device
-# and defines the SDK's own operators (torch.ops.hpu.*). The device layer is imported after hpu, whose current device
-# its device objects read (hpu's graphs import it back).
-from . import _device  # noqa: E402
+# As the SDK's import loads its bridge and registers its hpu module as torch.hpu (core/__init__.py:46), loading the
+# emulated SDK loads the C++ HPU device and registers the emulated hpu module; then the SDK's own operators
+# (torch.ops.hpu.*).
+from . import _native  # noqa: E402
 
-_device.install()
+_native.install(hpu, core.is_lazy())
 _custom_ops.register(core.is_lazy())
 # And, as the SDK's library does when it loads, reads the autocast lists once and registers the autocast kernels.
 _autocast.install()

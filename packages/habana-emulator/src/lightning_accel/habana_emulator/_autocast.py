@@ -9,8 +9,8 @@ Every rule here is the Gaudi bridge's (gaudi-pytorch-bridge 1.19.0, ``hpu_ops/au
   category's default. A file that cannot be opened is logged as a warning and the default list is used. A name that
   is no ATen operator matches nothing and is ignored, as on the SDK. Setting the variables later changes nothing.
 * **Kernels for the autocast key.** For every ATen operator in the lists, each functional overload (not in-place,
-  not ``out=``, no ``backward``) gets a kernel for the device's autocast key (``AutocastHPU`` on Gaudi,
-  ``AutocastPrivateUse1`` here, where ``"hpu"`` is PrivateUse1); every other operator falls through. Operators are
+  not ``out=``, no ``backward``) gets a kernel for the device's autocast key (``AutocastHPU``, as on Gaudi:
+  the emulated device is c10's HPU); every other operator falls through. Operators are
   matched by their ATen name whatever Python spelling called them (``F.linear``, ``x @ w``, ``torch.mm``).
 * **Policies.** An operator in the lower-precision list casts its floating-point ``"hpu"`` inputs to the autocast
   dtype (``torch.autocast(..., dtype=)``), except ``layer_norm``, ``group_norm``, ``instance_norm`` and
@@ -92,7 +92,7 @@ _BLOCKLIST = frozenset(
 # gen_op.py registers only operators with a function variant (``at::name``); these are torch's namespaces of them.
 _FUNCTION_NAMESPACES = ("_VariableFunctions", "_nn", "_linalg", "_special", "_fft")
 
-_AUTOCAST_KEY = "AutocastPrivateUse1"
+_AUTOCAST_KEY = "AutocastHPU"
 _DEVICE_TYPE = "hpu"
 
 _LOWER, _LOWER_FIRST, _FP32, _PROMOTE = "lower_precision_fp", "lower_first_arg", "fp32", "promote"

@@ -158,14 +158,6 @@ NAMES: dict[str, dict[str, str]] = {
         "enable_recompute_sdp": "a switch of the fused scaled-dot-product attention kernel: " + _KERNELS,
         "recompute_sdp_enabled": "a switch of the fused scaled-dot-product attention kernel: " + _KERNELS,
         "sdp_kernel": "a switch of the fused scaled-dot-product attention kernel: " + _KERNELS,
-        "get_autocast_hpu_dtype": "the SDK's legacy autocast switches of its C++ bindings; use "
-        "torch.autocast('hpu', dtype=...)",
-        "is_autocast_hpu_enabled": "the SDK's legacy autocast switches of its C++ bindings; use "
-        "torch.autocast('hpu', dtype=...)",
-        "set_autocast_hpu_dtype": "the SDK's legacy autocast switches of its C++ bindings; use "
-        "torch.autocast('hpu', dtype=...)",
-        "set_autocast_hpu_enabled": "the SDK's legacy autocast switches of its C++ bindings; use "
-        "torch.autocast('hpu', dtype=...)",
         "get_device_capability": "the Gaudi card's capability string, read from the card",
         "get_device_properties": "the Gaudi card's properties, read from the card",
         "get_stream_info": "the SDK's C++ stream bookkeeping",

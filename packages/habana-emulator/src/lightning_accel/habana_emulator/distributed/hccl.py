@@ -4,8 +4,9 @@ Importing the module does what importing the SDK's does (the SDK's ``__init__.py
 ``initialize_distributed_hpu()`` runs (so ``MASTER_ADDR``/``MASTER_PORT`` default to ``localhost:12345`` unless the
 ranks are all known), the ``"hccl"`` backend is registered with ``torch.distributed``, and collectives are kept out of
 dynamo graphs. The emulated
-backend runs gloo on the CPU backing and nccl on the CUDA backing, so ``torch.distributed.get_backend()`` returns
-``"hccl"`` while the collectives are real.
+backend runs gloo on zero-copy host views of the HPU tensors' memory (the C++ device's ``backing_alias``), so
+``torch.distributed.get_backend()`` returns ``"hccl"`` while the collectives are real. As HCCL, it reduces with
+``MIN``, ``MAX``, ``SUM`` and ``PRODUCT`` only (gaudi-pytorch-bridge 1.19.0 ``backend/helpers/collective_utils.cpp``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import torch
 import torch.distributed as dist
 
 from .. import _load_effects, _not_emulated
-from .._backing import backing_type as _backing_type
 from ..hpu._devices import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR
 from ..hpu._devices import visible_device_count as _visible_device_count
 
@@ -36,12 +36,13 @@ _MPI_TO_TORCH = {
 }
 
 
+# The reduce operations HCCL implements; every other ``ReduceOp`` (``AVG``, ``PREMUL_SUM``, the bitwise ones) is
+# refused for an "hccl" group, as the SDK refuses it.
+_HCCL_REDUCE_OPS = ("MIN", "MAX", "SUM", "PRODUCT")
+
+
 def _create_process_group(backend_opts: Any, pg_opts: Any) -> Any:
     timeout: timedelta = backend_opts.timeout
-    if _backing_type() == "cuda":
-        options = dist.ProcessGroupNCCL.Options()
-        options._timeout = timeout
-        return dist.ProcessGroupNCCL(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, options)
     return dist.ProcessGroupGloo(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, timeout)
 
 
@@ -62,9 +63,10 @@ def _is_hccl(group: Any) -> bool:
 
 
 def _serve_backing_tensors() -> None:
-    # An operation on emulated "hpu" tensors reaches the process group with their backing tensors (the device layer
-    # runs every ATen operation, collectives too, on the backing device). So an "hccl" group also answers the backing
-    # device type, inside; what torch reports as its capability stays "hpu", as on Gaudi.
+    # A collective on HPU tensors reaches the process group's operator (c10d::allreduce_ ...) on the HPU dispatch key,
+    # where the C++ device runs the host's kernel on zero-copy host views of the same memory: that kernel asks the
+    # group for its CPU backend. So an "hccl" group also answers the CPU, inside; what torch reports as its
+    # capability stays "hpu", as on Gaudi.
     c10d = dist.distributed_c10d
     create = c10d._new_process_group_helper
 
@@ -74,7 +76,7 @@ def _serve_backing_tensors() -> None:
         group = made[0]
         if _is_hccl(group):
             backend = group._get_backend(torch.device("hpu"))
-            group._register_backend(torch.device(_backing_type()), dist.ProcessGroup.BackendType.CUSTOM, backend)
+            group._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, backend)
         return made
 
     c10d._new_process_group_helper = _new_process_group_helper
@@ -100,7 +102,8 @@ def _refuse_host_tensors() -> None:
             if not getattr(_staging, "depth", 0) and dist.is_initialized():
                 bound = __signature.bind_partial(*args, **kwargs)
                 if _is_hccl(bound.arguments.get("group")):
-                    values = [v for k, v in bound.arguments.items() if k != "group"]
+                    _check_reduce_op(bound.arguments.get("op"))
+                    values = [v for k, v in bound.arguments.items() if k not in ("group", "op")]
                     for value in torch.utils._pytree.tree_leaves(values):
                         if isinstance(value, torch.Tensor) and value.device.type != "hpu":
                             raise RuntimeError(f"No backend type associated with device type {value.device.type}")
@@ -120,6 +123,18 @@ def _refuse_host_tensors() -> None:
                 _staging.depth -= 1
 
         _replace(c10d, name, original, staged)
+
+
+def _check_reduce_op(op: Any) -> None:
+    if op is None:
+        return
+    name = getattr(op, "name", None) or str(op).rpartition(".")[2]
+    if name not in _HCCL_REDUCE_OPS:
+        raise ValueError(
+            f"op=ReduceOp.{name} is not supported by the 'hccl' backend: HCCL reduces with "
+            f"{', '.join('ReduceOp.' + n for n in _HCCL_REDUCE_OPS)} only. For an average, reduce with ReduceOp.SUM and "
+            "divide by the world size."
+        )
 
 
 def _replace(c10d: Any, name: str, original: Any, wrapper: Any) -> None:

@@ -20,6 +20,8 @@ import sys
 import warnings
 from typing import Any, Literal
 
+import torch
+
 from .. import _not_emulated
 from ..utils.internal import is_lazy
 from . import graphs, random
@@ -27,6 +29,7 @@ from ._devices import (
     HABANA_VISIBLE_MODULES_VAR,
     HLS_MODULE_ID_VAR,
     _index_of,
+    _lazy_init,
     current_device,
     device_count,
     get_device_name,
@@ -103,6 +106,32 @@ class device_of(device):
 
     def __init__(self, obj: Any) -> None:
         super().__init__(obj.get_device() if obj.device.type == "hpu" else None)
+
+
+def is_autocast_hpu_enabled() -> bool:
+    """Whether autocast is on for ``"hpu"`` here: torch's autocast state of the HPU (``torch.autocast("hpu")``)."""
+    return bool(torch.is_autocast_enabled("hpu"))
+
+
+def set_autocast_hpu_enabled(enabled: bool) -> None:
+    """Switch autocast for ``"hpu"`` on or off (the state ``torch.autocast("hpu")`` sets and restores)."""
+    torch.set_autocast_enabled("hpu", bool(enabled))
+
+
+def get_autocast_hpu_dtype() -> torch.dtype:
+    """The dtype autocast casts ``"hpu"`` operations to (``torch.bfloat16`` unless set)."""
+    return torch.get_autocast_dtype("hpu")
+
+
+def set_autocast_hpu_dtype(dtype: torch.dtype) -> None:
+    """Set the dtype autocast casts ``"hpu"`` operations to.
+
+    Raises:
+        TypeError: When ``dtype`` is not a ``torch.dtype``.
+    """
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16, got {dtype!r}.")
+    torch.set_autocast_dtype("hpu", dtype)
 
 
 def is_bf16_supported() -> bool:
@@ -186,6 +215,7 @@ __all__ = [
     "device_of",
     "get_arch_list",
     "getDeterministic",
+    "get_autocast_hpu_dtype",
     "get_device_name",
     "get_gencode_flags",
     "get_rng_state",
@@ -194,6 +224,7 @@ __all__ = [
     "hpu",
     "init",
     "initial_seed",
+    "is_autocast_hpu_enabled",
     "is_available",
     "is_bf16_supported",
     "is_initialized",
@@ -215,6 +246,8 @@ __all__ = [
     "seed",
     "seed_all",
     "setDeterministic",
+    "set_autocast_hpu_dtype",
+    "set_autocast_hpu_enabled",
     "set_device",
     "set_rng_state",
     "set_rng_state_all",

@@ -72,7 +72,8 @@ def init() -> None:
     _lazy_init("hpu.init()")
 
 
-def _lazy_init(by: str) -> None:
+def _lazy_init(by: str = "a tensor placed on the HPU") -> None:
+    """Open the HPU once (the SDK's ``_lazy_init``); torch calls it before it makes the first ``"hpu"`` tensor."""
     global _initialized, _initialized_from
     if not _initialized:
         _initialized, _initialized_from = True, by
@@ -95,9 +96,10 @@ def acquired_by() -> str | None:
     """
     if _initialized_from is not None:
         return _initialized_from
-    from .._device import memory_snapshot
+    from .. import _native
 
-    return "a tensor placed on the HPU" if memory_snapshot(None).num_allocs > 0 else None
+    placed = _native.is_installed() and _native.memory_stats()["num_allocs"] > 0
+    return "a tensor placed on the HPU" if placed else None
 
 
 def device_count() -> int:

@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-from .._device import unwrap
 from ._hpu_graph import HPUGraph, graph, refuse_compiled
 
 __all__ = ["graph_autograd", "make_graphed_callables"]
@@ -77,8 +76,7 @@ def graph_autograd(
                 pending_capture[0] = False
                 return tuple(o.detach() for o in static_outputs)
             for static, new in zip(sample_args, inputs[:user_count], strict=False):
-                # An "hpu" tensor's memory is its backing tensor's (the wrapper's data_ptr() is not an address).
-                if unwrap(static).data_ptr() != unwrap(new).data_ptr():
+                if static.data_ptr() != new.data_ptr():
                     static.copy_(new)
             forward_graph.replay()
             return tuple(o.detach() for o in static_outputs)

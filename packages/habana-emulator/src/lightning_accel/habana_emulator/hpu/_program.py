@@ -1,10 +1,9 @@
-"""A captured HPU graph as a program over the backing tensors, replayed without the device's Python dispatch.
+"""A captured HPU graph as a program over host views of the HPU memory, replayed without any dispatch mode.
 
-During a capture (see ``_recorder``) every ATen operation runs as usual: through the ``"hpu"`` device's
-``__torch_dispatch__``, with its device rules, errors and memory accounting. What is kept for the replay is the same
-operation on the *backing* tensors (the ``_elem`` of each ``"hpu"`` tensor, the CPU tensors behind the device), so a
-replay is a loop of ATen calls on plain tensors: no ``"hpu"`` wrapper is made, unwrapped or checked per operation,
-and no dispatch mode is active. The graph's semantics are those of the capture, exactly as with HPU (and CUDA)
+During a capture (see ``_recorder``) every ATen operation runs as usual: on the ``"hpu"`` device, with its device
+rules, errors and memory accounting. What is kept for the replay is the same operation on *host views* of the same
+memory (the C++ device's ``backing_alias``: a CPU tensor with the HPU tensor's sizes, strides and offset over its
+memory, no copy), so a replay is a loop of ATen calls on plain host tensors that write the HPU tensors' memory. The graph's semantics are those of the capture, exactly as with HPU (and CUDA)
 graphs:
 
 * inputs are static: each step reads the backing tensors of the tensors the capture read (a view reads its base's
@@ -29,9 +28,7 @@ from typing import Any
 
 import torch
 
-from .._device._devices import DEVICE_TYPE, backing_of, index_of
-from .._device._dispatch import METADATA_MUTATING, STREAM_ONLY
-from .._device._tensor import HPUTensor
+from .. import _native
 
 __all__ = ["BackingProgram", "DYNAMIC_OP_HINT"]
 
@@ -47,6 +44,26 @@ _NOT_REPLAYED_NAMESPACES = frozenset({"profiler"})
 _ALLOCATION_ONLY = frozenset(
     {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided"}
 )
+
+# In-place operations that change their input's sizes, strides or storage: their effect on the captured tensors
+# is already made, and the host views recorded after them have the new geometry.
+METADATA_MUTATING = frozenset(
+    {
+        "aten::resize_",
+        "aten::resize_as_",
+        "aten::_resize_output_",
+        "aten::set_",
+        "aten::as_strided_",
+        "aten::squeeze_",
+        "aten::unsqueeze_",
+        "aten::transpose_",
+        "aten::t_",
+        "aten::swapdims_",
+        "aten::swapaxes_",
+    }
+)
+# Operations about streams only: the emulator runs all work in issue order, so they have nothing to do.
+STREAM_ONLY = frozenset({"aten::record_stream"})
 
 _SKIP = 0  # nothing to redo at replay
 _RUN = 1  # run; its results alias its inputs (in-place, out=) or are not tensors
@@ -87,21 +104,32 @@ def _returns_tensors(kind: Any) -> bool:
     return "Tensor" in str(kind)
 
 
+_HOST = torch.device("cpu")
+
+
 def _backing(value: Any) -> Any:
-    """``value`` with every ``"hpu"`` tensor replaced by its backing tensor and ``"hpu"`` devices by theirs."""
+    """``value`` with every ``"hpu"`` tensor replaced by a host view of its memory and ``"hpu"`` devices by the host."""
     cls = type(value)
-    if cls is HPUTensor:
-        return value._elem
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "hpu" and not _traced(value):
+            return _native.backing_alias(value)
+        return value
     if cls is list or cls is tuple:
         return cls(_backing(v) for v in value)
-    if cls is torch.device and value.type == DEVICE_TYPE:
-        return backing_of(index_of(value))
+    if cls is torch.device and value.type == "hpu":
+        return _HOST
     return value
+
+
+def _traced(value: torch.Tensor) -> bool:
+    # Fake and functional tensors of a trace have no memory to view.
+    return type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter)
 
 
 def _storages(value: Any, into: set[int]) -> None:
     if isinstance(value, torch.Tensor):
-        into.add(value.untyped_storage()._cdata)
+        # Host views of one HPU storage are distinct storage objects over the same memory: compare addresses.
+        into.add(value.untyped_storage().data_ptr())
     elif type(value) is list or type(value) is tuple:
         for v in value:
             _storages(v, into)
@@ -111,7 +139,7 @@ def _target(captured: Any, inputs: set[int]) -> Any:
     """The backing tensors a replay refreshes for one result: ``None`` where there is nothing to refresh."""
     if isinstance(captured, torch.Tensor):
         backing = _backing(captured)
-        if type(backing) is not torch.Tensor or backing.untyped_storage()._cdata in inputs:
+        if type(backing) is not torch.Tensor or backing.untyped_storage().data_ptr() in inputs:
             return None  # a traced tensor, or an alias of an input (_unsafe_view, lift_fresh): no new memory
         return backing
     if type(captured) is list or type(captured) is tuple:

@@ -2,9 +2,9 @@
 
 While a capture is underway a :class:`~torch.utils._python_dispatch.TorchDispatchMode` sees every ATen operation
 that runs, forward and backward passes and optimizer updates alike. Each one runs as it would outside the capture
-(through the ``"hpu"`` device, with its rules and errors), and its form over the backing tensors is kept in a
+(on the ``"hpu"`` device, with its rules and errors), and its form over host views of the same memory is kept in a
 :class:`~._program.BackingProgram`. A replay runs that program: the same operations, in order, on the memory the
-capture used, without going through the ``"hpu"`` device's Python dispatch again. So, exactly as with HPU (and CUDA)
+capture used, without a dispatch mode. So, exactly as with HPU (and CUDA)
 graphs:
 
 * inputs are static: a replay reads the tensors the capture read, so new data must be copied into them;

@@ -1,20 +1,21 @@
 """Memory statistics of the emulated ``habana_frameworks.torch.hpu``.
 
-The keys and meanings follow the SDK's memory-stats API. The values come from the device layer's exact accounting
-of the storages of ``"hpu"`` tensors (see ``..device``), on the CPU and the CUDA backing alike. Each backing storage
-is its own allocation (the emulator has no pool between the tensors and the backing allocator), so the "system"
-counters equal the allocation counters.
+The keys and meanings follow the SDK's memory-stats API. The values come from the C++ device's allocator, which
+counts every byte of every HPU storage exactly (``lightning_accel.emulated_hpu``). Each storage is its own allocation
+(the emulator has no pool between the tensors and host memory), so the "system" counters equal the allocation
+counters. ``Limit`` is the limit set on the device, or the host's physical memory when none is set.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
 import torch
 
-from .. import _not_emulated
-from ._devices import _lazy_init
+from .. import _native, _not_emulated
+from ._devices import _check_index, _index_of, _lazy_init
 
 __all__ = [
     "max_memory_allocated",
@@ -49,27 +50,39 @@ _MEMORY_STAT_KEYS = (
 Device = int | str | torch.device | None
 
 
+def _check_device(device: Device) -> None:
+    # A process drives one HPU: any valid index names it (the statistics are the process's device's).
+    if device is not None:
+        _check_index(_index_of(device), "device")
+
+
+def _host_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # non-POSIX hosts
+        return 0
+
+
 def memory_stats(device: Device = None) -> dict[str, int]:
     """The ten memory statistics of an HPU, in bytes (sizes) and counts.
 
     Keys: ``Limit``, ``InUse``, ``MaxInUse``, ``NumAllocs``, ``NumFrees``, ``ActiveAllocs``, ``MaxAllocSize``,
     ``TotalSystemAllocs``, ``TotalSystemFrees``, ``TotalActiveAllocs``.
     """
-    from .._device import memory_snapshot
-
     _lazy_init("hpu.memory_stats()")  # as the SDK's hpu.init() at the top of each memory query
-    snap = memory_snapshot(device)
+    _check_device(device)
+    stats = _native.memory_stats()
     return {
-        "Limit": snap.limit,
-        "InUse": snap.in_use,
-        "MaxInUse": snap.max_in_use,
-        "NumAllocs": snap.num_allocs,
-        "NumFrees": snap.num_frees,
-        "ActiveAllocs": snap.active_allocs,
-        "MaxAllocSize": snap.max_alloc_size,
-        "TotalSystemAllocs": snap.num_allocs,
-        "TotalSystemFrees": snap.num_frees,
-        "TotalActiveAllocs": snap.active_allocs,
+        "Limit": stats["limit"] or _host_memory(),
+        "InUse": stats["in_use"],
+        "MaxInUse": stats["peak"],
+        "NumAllocs": stats["num_allocs"],
+        "NumFrees": stats["num_frees"],
+        "ActiveAllocs": stats["active_allocs"],
+        "MaxAllocSize": stats["max_alloc_size"],
+        "TotalSystemAllocs": stats["num_allocs"],
+        "TotalSystemFrees": stats["num_frees"],
+        "TotalActiveAllocs": stats["active_allocs"],
     }
 
 
@@ -85,9 +98,8 @@ def max_memory_allocated(device: Device = None) -> int:
 
 def reset_peak_memory_stats(device: Device = None) -> None:
     """Make ``MaxInUse`` start again from the memory in use now."""
-    from .._device import reset_peak
-
-    reset_peak(device)
+    _check_device(device)
+    _native.reset_peak_memory_stats()
 
 
 def memory_reserved(device: Device = None) -> int:

@@ -1,4 +1,9 @@
-"""The HPU random number generator of the emulator: the backing device's default generator."""
+"""The HPU random number generator of the emulator: the C++ device's own generator, not the host's.
+
+As on the SDK (``htcore._get_default_generator()``, one entry in ``default_generators``), random operations on
+``"hpu"`` draw from a generator of device ``hpu:0``, so an HPU draw never moves the host generator and
+``torch.manual_seed`` reaches it only through the SDK's wrapper of ``torch.manual_seed`` (``_load_effects``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Iterable
 import torch
 
 from .. import _not_emulated
-from .._backing import backing_type as _backing_type
+from .. import _native
 
 __all__ = [
     "get_rng_state",
@@ -23,28 +28,22 @@ __all__ = [
 
 
 class _DefaultGenerators:
-    """``default_generators[i]``: the generator of HPU ``i``, the backing device's default generator here."""
+    """``default_generators[0]``: the HPU's generator; a process drives one HPU, so there is one entry."""
 
     def __getitem__(self, index: int) -> torch.Generator:
-        if _backing_type() == "cuda":
-            return torch.cuda.default_generators[index % torch.cuda.device_count()]
-        return torch.default_generator
+        if index not in (0, -1):
+            raise IndexError(f"default_generators[{index}]: a process drives one HPU, so the only index is 0.")
+        return _native.default_generator()
 
     def __len__(self) -> int:
-        from ._devices import device_count
-
-        return device_count()
+        return 1
 
 
 default_generators = _DefaultGenerators()
 
 
-def _on_cuda() -> bool:
-    return _backing_type() == "cuda"
-
-
 def _generator() -> torch.Generator:
-    return default_generators[0]
+    return _native.default_generator()
 
 
 def manual_seed(seed: int) -> torch.Generator:
@@ -53,11 +52,8 @@ def manual_seed(seed: int) -> torch.Generator:
 
 
 def manual_seed_all(seed: int) -> None:
-    """Seed the generators of all HPUs (one shared generator on the CPU backing)."""
-    if _on_cuda():
-        torch.cuda.manual_seed_all(int(seed))
-    else:
-        torch.default_generator.manual_seed(int(seed))
+    """Seed the generators of all HPUs of this process (one: a process drives one HPU)."""
+    _generator().manual_seed(int(seed))
 
 
 def seed() -> int:
@@ -89,16 +85,12 @@ def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
 
 def initial_seed() -> int:
     """The seed the HPU generator was last seeded with."""
-    if _on_cuda():
-        return int(torch.cuda.initial_seed())
-    return int(torch.default_generator.initial_seed())
+    return int(_generator().initial_seed())
 
 
 def get_rng_state(device: int | str | torch.device = "hpu") -> torch.Tensor:
     """The HPU generator state as a ``torch.ByteTensor`` (on the host)."""
-    if _on_cuda():
-        return torch.cuda.get_rng_state()
-    return torch.default_generator.get_state()
+    return _generator().get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: int | str | torch.device = "hpu") -> None:
@@ -112,10 +104,7 @@ def set_rng_state(new_state: torch.Tensor, device: int | str | torch.device = "h
             f"new_state must be a torch.ByteTensor as returned by get_rng_state(), got {type(new_state).__name__}"
             f"{'' if not isinstance(new_state, torch.Tensor) else ' of dtype ' + str(new_state.dtype)}."
         )
-    if _on_cuda():
-        torch.cuda.set_rng_state(new_state)
-    else:
-        torch.default_generator.set_state(new_state)
+    _generator().set_state(new_state)
 
 
 _not_emulated.provide(globals(), "habana_frameworks.torch.hpu.random")

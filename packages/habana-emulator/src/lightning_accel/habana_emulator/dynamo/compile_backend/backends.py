@@ -10,8 +10,11 @@ The contract (gaudi-pytorch-bridge v1.18/v1.19, ``.../compile_backend/backends.p
   own tests skip compilation in lazy mode). What the SDK does in lazy mode is not documented; the emulator refuses
   with a ``RuntimeError`` that says how to switch modes, rather than guess.
 
-On the emulator the captured graphs are compiled by TorchInductor for the backing device (C++/OpenMP kernels on the
-CPU, Triton on CUDA): a real compilation, with Inductor's numerics rather than Gaudi's graph compiler's.
+On the emulator the captured graphs are compiled by TorchInductor on the ``"hpu"`` tensors themselves: the emulated
+HPU's memory is host memory, so Inductor's C++ code generator for the CPU is registered for device ``"hpu"``
+(``.._inductor``) and its kernels run on the HPU tensors' memory. Factories (``torch.arange(n, device=x.device)``)
+and ``scaled_dot_product_attention`` inside compiled code compile. A real compilation, with Inductor's numerics
+rather than Gaudi's graph compiler's.
 
 Compiled code cannot run inside an HPU graph capture and an HPU graph cannot be built inside compiled code, as on
 Gaudi: both raise a ``RuntimeError`` that says to choose one.
@@ -25,9 +28,7 @@ from typing import Any
 import torch
 from torch._dynamo.backends.registry import register_backend
 
-from ... import _not_emulated
-from ..._device._dispatch import UNTRACEABLE_FACTORY as _UNTRACEABLE_FACTORY
-from ..._device._tensor import HPUTensor as _HPUTensor
+from ... import _inductor, _not_emulated
 from ...core import _LAZY_MODE_VAR
 from ...core import is_lazy as _is_lazy
 from ...hpu import graphs as _graphs
@@ -41,16 +42,6 @@ def _refuse_during_capture() -> None:
             "A torch.compile-d function ran inside an HPU graph capture. HPU graphs cannot be combined with "
             "torch.compile (the SDK does not support it): capture an uncompiled model, or compile without HPU graphs."
         )
-
-
-def _refuse_untraceable_hpu_tensors(graph_module: torch.fx.GraphModule) -> None:
-    # An "hpu" tensor that torch.compile made inside the graph (tensor.to("hpu") of a host tensor, a factory whose
-    # result meets no emulated tensor) is a plain fake tensor of device "hpu", which Inductor cannot compile for: say
-    # so instead of Inductor's KeyError. Factories that meet an emulated tensor are refused by its dispatch already.
-    for node in graph_module.graph.nodes:
-        for value in torch.utils._pytree.tree_leaves(node.meta.get("example_value")):
-            if isinstance(value, torch.Tensor) and not isinstance(value, _HPUTensor) and value.device.type == "hpu":
-                raise RuntimeError(_UNTRACEABLE_FACTORY.format(func=node.format_node()))
 
 
 def _refuse_lazy_mode() -> None:
@@ -69,8 +60,10 @@ def hpu_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any], *
 
     _refuse_lazy_mode()
     _refuse_during_capture()
-    _refuse_untraceable_hpu_tensors(graph_module)
-    compiled: Callable[..., Any] = compile_fx(graph_module, example_inputs)  # type: ignore[assignment]
+    _inductor.register()
+    compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
+        graph_module, example_inputs, config_patches=_inductor.CONFIG_PATCHES
+    )
 
     def run(*args: Any) -> Any:
         # Compiled kernels bypass the operator recording of a capture: replaying would silently skip them.

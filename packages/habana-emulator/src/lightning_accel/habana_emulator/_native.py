@@ -1,0 +1,142 @@
+"""The device the emulated SDK runs on: the C++ HPU device of :mod:`lightning_accel.emulated_hpu`.
+
+On Gaudi the SDK's Python modules sit on the bridge, a C++ backend on c10's ``DeviceType::HPU`` and
+``DispatchKey::HPU``; loading the SDK loads that library and registers ``habana_frameworks.torch.hpu`` as torch's
+device module (``core/__init__.py:46`` in gaudi-pytorch-bridge 1.19.0). The emulator does the same with its own C++
+device: :func:`install` builds or loads it (cached), tells it which dtypes the SDK narrows in this mode, and registers
+the emulated ``hpu`` module as ``torch.hpu``. After that an HPU tensor is a plain ``torch.Tensor`` with the keys
+HPU / AutogradHPU / AutocastHPU, and nothing of torch's Python classes has been replaced.
+
+The SDK layers above read the device through the few functions here (memory statistics, the default generator,
+zero-copy host views for the host libraries that collectives and graph replays hand HPU memory to).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from lightning_accel import emulated_hpu
+from lightning_accel.core.emulation import EMULATE_BACKEND_VAR, emulation_settings
+from lightning_accel.core.errors import ConfigurationError
+
+__all__ = [
+    "INT64_SUPPORT_VAR",
+    "adopt",
+    "backing_alias",
+    "default_generator",
+    "device",
+    "install",
+    "is_installed",
+    "memory_stats",
+    "reset_peak_memory_stats",
+]
+
+#: The SDK's switch for 64-bit integers in lazy mode (``scripts/env_flags.yaml``; off by default): without it lazy
+#: mode computes int64 as int32 on the card.
+INT64_SUPPORT_VAR = "PT_ENABLE_INT64_SUPPORT"
+
+_lock = threading.Lock()
+_device: ModuleType | None = None
+
+
+def is_installed() -> bool:
+    """Whether :func:`install` has loaded the device in this process."""
+    return _device is not None
+
+
+def device() -> ModuleType:
+    """The loaded C++ device module (``memory_stats``, ``default_generator``, ``backing_alias`` ...).
+
+    Raises:
+        RuntimeError: When the emulated SDK has not loaded the device yet.
+    """
+    if _device is None:
+        raise RuntimeError(
+            "The emulated HPU device is not loaded: import habana_frameworks.torch (with LIGHTNING_ACCEL_EMULATE=hpu) "
+            "before using it."
+        )
+    return _device
+
+
+def _int64_as_int32(lazy: bool) -> bool:
+    raw = os.environ.get(INT64_SUPPORT_VAR, "0").strip().lower()
+    if raw not in ("0", "1", "true", "false", ""):
+        raise ValueError(
+            f"{INT64_SUPPORT_VAR}={os.environ[INT64_SUPPORT_VAR]!r} is not a boolean. Accepted: 1/true (int64 computed "
+            "in 64 bits in lazy mode) or 0/false (the SDK's default: int64 computed as int32 in lazy mode)."
+        )
+    return lazy and raw not in ("1", "true")
+
+
+def install(hpu_module: ModuleType, lazy: bool) -> None:
+    """Load the C++ device (building it on first use) and make ``hpu_module`` torch's device module ``torch.hpu``.
+
+    Later calls do nothing. As on the SDK, float64 is computed with float32 precision in both modes, and int64 as
+    int32 in lazy mode unless ``PT_ENABLE_INT64_SUPPORT`` is set.
+
+    Args:
+        hpu_module: The emulated ``habana_frameworks.torch.hpu``, which becomes ``torch.hpu`` as on Gaudi.
+        lazy: Whether the SDK loads in lazy mode (``PT_HPU_LAZY_MODE=1``).
+
+    Raises:
+        RuntimeError: When ``torch.hpu`` is already another module (another Gaudi stack in this process).
+        ConfigurationError: When ``LIGHTNING_ACCEL_EMULATE_BACKEND`` asks for a backing other than the host.
+        ValueError: When ``PT_ENABLE_INT64_SUPPORT`` is not a boolean.
+        lightning_accel.emulated_hpu.DeviceBuildError: When the device cannot be built or loaded here.
+    """
+    global _device
+    with _lock:
+        if _device is not None:
+            return
+        existing = getattr(torch, "hpu", None)
+        if existing is not None and existing is not hpu_module:
+            raise RuntimeError(
+                f"torch.hpu is already {existing!r}: another Gaudi stack (the real SDK?) is loaded in this process, "
+                "so the emulated HPU cannot be installed. Unset LIGHTNING_ACCEL_EMULATE to use the real one."
+            )
+        if emulation_settings().backend != "cpu":
+            # The C++ device keeps HPU memory in host memory; its CUDA backing (issue 28, item 5) is not built yet.
+            raise ConfigurationError(
+                f"{EMULATE_BACKEND_VAR}={emulation_settings().backend!r}: the emulated HPU device keeps its memory on "
+                f"the host, and its CUDA backing is not available yet. Accepted: 'cpu'; unset {EMULATE_BACKEND_VAR}."
+            )
+        int64_as_int32 = _int64_as_int32(lazy)
+        loaded = emulated_hpu.load()
+        loaded.set_internal_dtypes(float64_as_float32=True, int64_as_int32=int64_as_int32)
+        if existing is None:
+            torch._register_device_module("hpu", hpu_module)
+        _device = loaded
+
+
+def memory_stats() -> dict[str, int]:
+    """The device allocator's exact counters (``in_use``, ``peak``, ``num_allocs``, ``num_frees`` ...)."""
+    return dict(device().memory_stats())
+
+
+def reset_peak_memory_stats() -> None:
+    """Make the allocator's peak start again from the bytes in use now."""
+    device().reset_peak_memory_stats()
+
+
+def default_generator() -> torch.Generator:
+    """The HPU's own default generator (not the host's), a ``torch.Generator`` of device ``hpu:0``."""
+    generator: torch.Generator = device().default_generator()
+    return generator
+
+
+def backing_alias(tensor: torch.Tensor) -> torch.Tensor:
+    """A host tensor viewing exactly the memory of the HPU tensor ``tensor`` (no copy); other tensors unchanged."""
+    if tensor.device.type != "hpu":
+        return tensor
+    alias: torch.Tensor = device().backing_alias(tensor)
+    return alias
+
+
+def adopt(tensor: torch.Tensor) -> Any:
+    """An HPU tensor that owns the memory of the fresh host tensor ``tensor`` (no copy), counted as device memory."""
+    return device().adopt(tensor)
