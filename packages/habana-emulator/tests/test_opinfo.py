@@ -72,9 +72,8 @@ def _items() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module", autouse=True)
 def _device() -> Iterator[None]:
-    from lightning_accel.habana_emulator._device import install
+    import lightning_accel.habana_emulator  # noqa: F401  (the SDK's load: the C++ device and torch.hpu)
 
-    install()
     yield
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import _load_effects, _not_emulated
+from .. import _load_effects, _native, _not_emulated
 from ..hpu._devices import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR
 from ..hpu._devices import visible_device_count as _visible_device_count
 
@@ -107,6 +107,10 @@ def _refuse_host_tensors() -> None:
                     for value in torch.utils._pytree.tree_leaves(values):
                         if isinstance(value, torch.Tensor) and value.device.type != "hpu":
                             raise RuntimeError(f"No backend type associated with device type {value.device.type}")
+                    # gloo runs on host views of the HPU tensors' memory: results land in the HPU tensors.
+                    args, kwargs = torch.utils._pytree.tree_map_only(
+                        torch.Tensor, _native.backing_alias, (args, kwargs)
+                    )
             return __original(*args, **kwargs)
 
         _replace(c10d, name, original, checked)
