@@ -1,7 +1,8 @@
 """The emulated HPU as the torch device ``"hpu"``: the C++ device (``lightning_accel.emulated_hpu``) under the SDK.
 
 Loading the emulated SDK loads the device and registers ``torch.hpu``, which cannot be undone in a process, so these
-tests run in one child pytest process of their own (``_child_pytest``), away from what the rest of the suite did to its process:
+tests run in one child pytest process of their own (``_child_pytest``), away from what the rest of the suite did to its
+process:
 each test here reports the outcome of the same test in that child, with its failure text.
 """
 

@@ -136,8 +136,8 @@ def _check_reduce_op(op: Any) -> None:
     if name not in _HCCL_REDUCE_OPS:
         raise ValueError(
             f"op=ReduceOp.{name} is not supported by the 'hccl' backend: HCCL reduces with "
-            f"{', '.join('ReduceOp.' + n for n in _HCCL_REDUCE_OPS)} only. For an average, reduce with ReduceOp.SUM and "
-            "divide by the world size."
+            f"{', '.join('ReduceOp.' + n for n in _HCCL_REDUCE_OPS)} only. For an average, reduce with "
+            "ReduceOp.SUM and divide by the world size."
         )
 
 

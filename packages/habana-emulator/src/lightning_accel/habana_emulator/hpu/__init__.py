@@ -29,7 +29,7 @@ from ._devices import (
     HABANA_VISIBLE_MODULES_VAR,
     HLS_MODULE_ID_VAR,
     _index_of,
-    _lazy_init,
+    _lazy_init,  # noqa: F401  (torch calls torch.hpu._lazy_init() before it makes the first tensor)
     current_device,
     device_count,
     get_device_name,

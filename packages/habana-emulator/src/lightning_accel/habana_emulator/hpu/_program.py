@@ -3,8 +3,8 @@
 During a capture (see ``_recorder``) every ATen operation runs as usual: on the ``"hpu"`` device, with its device
 rules, errors and memory accounting. What is kept for the replay is the same operation on *host views* of the same
 memory (the C++ device's ``backing_alias``: a CPU tensor with the HPU tensor's sizes, strides and offset over its
-memory, no copy), so a replay is a loop of ATen calls on plain host tensors that write the HPU tensors' memory. The graph's semantics are those of the capture, exactly as with HPU (and CUDA)
-graphs:
+memory, no copy), so a replay is a loop of ATen calls on plain host tensors that write the HPU tensors' memory. The
+graph's semantics are those of the capture, exactly as with HPU (and CUDA) graphs:
 
 * inputs are static: each step reads the backing tensors of the tensors the capture read (a view reads its base's
   memory), so new data must be copied into the captured inputs;

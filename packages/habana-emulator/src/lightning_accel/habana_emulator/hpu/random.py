@@ -11,8 +11,7 @@ from collections.abc import Iterable
 
 import torch
 
-from .. import _not_emulated
-from .. import _native
+from .. import _native, _not_emulated
 
 __all__ = [
     "get_rng_state",
