@@ -51,7 +51,6 @@ os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "hpu")
 import torch
 import torch.nn.functional as F
 
-
 RESULTS = Path(__file__).parent / "results"
 SIZES = {"tiny": (256, 16), "compute-bound": (2048, 256)}
 VARIANTS = (
@@ -267,7 +266,6 @@ def main() -> None:
     parser.add_argument("--op-calls", type=int, default=5000)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    import lightning_accel.habana_emulator  # noqa: F401  (the SDK's load: the C++ HPU device and torch.hpu)
     import lightning_accel.habana_emulator.dynamo.compile_backend  # noqa: F401  (registers hpu_backend, as the SDK)
 
     ops = per_op_us(args.op_calls)
