@@ -10,10 +10,11 @@ for the CPU run on it unchanged. What Inductor needs to compile for a device typ
 - a dynamo device interface (``register_interface_for_device``): the CPU's, under the name ``"hpu"``.
 
 They are registered once, the first time ``hpu_backend`` compiles (not when the SDK loads: these are Inductor's
-registries, and a process that never compiles for the HPU keeps them untouched). The per-compilation setting
-``cpp.simdlen=1`` (scalar C++ loops) goes to each ``hpu_backend`` compilation only, through ``compile_fx``'s
-``config_patches``: torch 2.13's vectorized C++ code asserts on some factories (``arange``) for a device other than
-``"cpu"``. The CPU's own Inductor keeps its settings.
+registries, and a process that never compiles for the HPU keeps them untouched). The per-compilation settings
+(:data:`CONFIG_PATCHES`) go to each ``hpu_backend`` compilation only, through ``compile_fx``'s ``config_patches``:
+``cpp.simdlen=1`` (scalar C++ loops), as torch 2.13's vectorized C++ code asserts on some factories (``arange``) for a
+device other than ``"cpu"``; and no loop reordering or reindexing after fusion, which Inductor does only for GPU
+kernels. The CPU's own Inductor keeps its settings.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from typing import Any
 __all__ = ["CONFIG_PATCHES", "register"]
 
 #: What every ``hpu_backend`` compilation sets for itself (see the module docstring).
-CONFIG_PATCHES: dict[str, Any] = {"cpp.simdlen": 1}
+CONFIG_PATCHES: dict[str, Any] = {
+    "cpp.simdlen": 1,
+    # The scheduler's loop reordering and reindexing after fusion are for GPU kernels: Inductor skips them for nodes
+    # of device "cpu" (Scheduler.shared_data_after_reordering_loop, _try_reindex_pointwise_for_reduction), but not
+    # for "hpu" nodes, whose C++ kernels then fail in the reindexing.
+    "loop_ordering_after_fusion": False,
+    "loop_reindexing_after_fusion": False,
+}
 
 _lock = threading.Lock()
 _registered = False
