@@ -53,6 +53,44 @@ def _register() -> None:
     dist.Backend.register_backend(_BACKEND_NAME, _create_process_group, extended_api=True, devices=["hpu"])
     _serve_backing_tensors()
     _refuse_host_tensors()
+    _run_c10d_ops_on_host_views()
+
+
+_c10d_library: Any = None
+
+
+def _run_c10d_ops_on_host_views() -> None:
+    # torch's own C++ code calls a process group's collectives without the Python functions (DDP's parameter check,
+    # bucket all-reduces and broadcasts): they reach c10d's operators (c10d::allgather_ ...) on the HPU dispatch key.
+    # These kernels hand gloo host views of the same memory (nested tensor lists included) and give back the HPU
+    # tensors the operator returns, as on Gaudi the bridge's kernels hand HCCL the device memory.
+    global _c10d_library
+    if _c10d_library is not None:
+        return
+    library = torch.library.Library("c10d", "IMPL")
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("c10d::") or not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"):
+            continue
+        packet = getattr(torch.ops.c10d, name[len("c10d::") :], None)
+        if packet is None:
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            library.impl(op, functools.partial(_on_host_views, op), "HPU")
+    _c10d_library = library
+
+
+def _on_host_views(op: Any, *args: Any, **kwargs: Any) -> Any:
+    originals: dict[int, torch.Tensor] = {}
+
+    def alias(tensor: torch.Tensor) -> torch.Tensor:
+        view = _native.backing_alias(tensor)
+        originals[id(view)] = tensor
+        return view
+
+    args, kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, alias, (args, kwargs))
+    result = op(*args, **kwargs)
+    return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: originals.get(id(t), t), result)
 
 
 def _is_hccl(group: Any) -> bool:
