@@ -156,6 +156,9 @@ class BackingProgram:
 
     def __init__(self) -> None:
         self._steps: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any, Any]] = []
+        # The HPU tensors the capture used: a host view does not own the memory it views, so the program keeps the
+        # HPU tensors (and their storages) alive as long as it can replay.
+        self._keep: list[Any] = []
 
     def __len__(self) -> int:
         """The number of operations a replay runs."""
@@ -166,6 +169,7 @@ class BackingProgram:
         kind, fresh, writes = _kind(func)
         if kind == _SKIP:
             return
+        self._keep.append((args, kwargs, output))
         backing_args = _backing(args)
         backing_kwargs = {k: _backing(v) for k, v in kwargs.items()}
         target = None
