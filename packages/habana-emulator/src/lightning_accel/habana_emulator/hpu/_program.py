@@ -100,6 +100,17 @@ def _kind(func: torch._ops.OpOverload) -> tuple[int, tuple[bool, ...], bool]:
     return known
 
 
+_draws_cache: dict[Any, bool] = {}
+
+
+def _draws(func: torch._ops.OpOverload) -> bool:
+    """Whether ``func`` takes a random generator (so draws random numbers); cached."""
+    known = _draws_cache.get(func)
+    if known is None:
+        known = _draws_cache[func] = any("Generator" in str(a.type) for a in func._schema.arguments)
+    return known
+
+
 def _returns_tensors(kind: Any) -> bool:
     return "Tensor" in str(kind)
 
@@ -170,8 +181,14 @@ class BackingProgram:
         if kind == _SKIP:
             return
         self._keep.append((args, kwargs, output))
-        backing_args = _backing(args)
-        backing_kwargs = {k: _backing(v) for k, v in kwargs.items()}
+        if _draws(func):
+            # A random operation draws from the HPU's own generator: replayed on host views it would draw from the
+            # host's. It replays on the HPU tensors themselves, and its fresh results are copied into the captured
+            # memory as the others are.
+            backing_args, backing_kwargs = args, dict(kwargs)
+        else:
+            backing_args = _backing(args)
+            backing_kwargs = {k: _backing(v) for k, v in kwargs.items()}
         target = None
         if kind == _FRESH:
             inputs: set[int] = set()
