@@ -110,7 +110,59 @@ def install(hpu_module: ModuleType, lazy: bool) -> None:
         loaded.set_internal_dtypes(float64_as_float32=True, int64_as_int32=int64_as_int32)
         if existing is None:
             torch._register_device_module("hpu", hpu_module)
+        _register_convolution()
         _device = loaded
+
+
+_convolution_library: Any = None
+
+
+def _register_convolution() -> None:
+    # aten::convolution picks a backend by device type and sends every device it does not know (HPU included) to
+    # convolution_overrideable, which the device's boxed fallback cannot serve: the host kernel it would run is not
+    # that operator. These kernels run the host's convolution on host views of the same memory (no copy) and adopt
+    # the fresh results as device memory, as the fallback does for every other operator.
+    global _convolution_library
+    library = torch.library.Library("aten", "IMPL")
+    aten = torch.ops.aten
+
+    def forward(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *geometry: Any) -> torch.Tensor:
+        host_bias = None if bias is None else backing_alias(bias)
+        out = aten.convolution.default(backing_alias(input), backing_alias(weight), host_bias, *geometry)
+        adopted: torch.Tensor = adopt(out.contiguous())
+        return adopted
+
+    def backward(
+        grad_output: torch.Tensor,
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        stride: Any,
+        padding: Any,
+        dilation: Any,
+        transposed: bool,
+        output_padding: Any,
+        groups: int,
+        output_mask: list[bool],
+    ) -> tuple[Any, Any, Any]:
+        bias_sizes = [weight.size(1) * groups if transposed else weight.size(0)]
+        grads = aten.convolution_backward.default(
+            backing_alias(grad_output),
+            backing_alias(input),
+            backing_alias(weight),
+            bias_sizes,
+            stride,
+            padding,
+            dilation,
+            transposed,
+            output_padding,
+            groups,
+            output_mask,
+        )
+        return tuple(adopt(g.contiguous()) if g is not None else None for g in grads)  # type: ignore[return-value]
+
+    library.impl("convolution_overrideable", forward, "HPU")
+    library.impl("convolution_backward_overrideable", backward, "HPU")
+    _convolution_library = library
 
 
 def memory_stats() -> dict[str, int]:
