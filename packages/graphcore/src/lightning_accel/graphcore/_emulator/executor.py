@@ -53,7 +53,7 @@ from .optim import Optimizer as PoptorchOptimizer
 from .optimizer_values import OptimizerValues, check_replacement, kind_of, optimizer_values
 from .options import Options
 from .program import Program, trace
-from .structures import flatten, unflatten
+from .structures import flatten, get_custom_parser, unflatten
 from .tracing import DeviceContext, final_loss, running_on
 
 __all__ = ["PoplarExecutor", "inferenceModel", "registerPostCompileHook", "registerPreCompileHook", "trainingModel"]
@@ -137,7 +137,10 @@ def _describe(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
     described: list[tuple[str, Any]] = []
 
     def walk(name: str, value: Any) -> None:
-        if isinstance(value, (tuple, list)):
+        if get_custom_parser(value) is not None:
+            for i, item in enumerate(flatten(value)[0]):
+                walk(f"{name}[{i}]", item)
+        elif isinstance(value, (tuple, list)):
             for i, item in enumerate(value):
                 walk(f"{name}[{i}]", item)
         elif isinstance(value, dict):
@@ -516,7 +519,14 @@ class PoplarExecutor:
         if isinstance(optimizer, PoptorchOptimizer):
             if optimizer.has_state():
                 optimizer.ipu_state_is_dirty = True
-            self._write_optimizer_state_if_needed()
+                self._write_optimizer_state_if_needed()
+            else:
+                # Attached without a state to write: state_dict() reads the device's (_on_device_attach,
+                # _poplar_executor.py:421-430). torch creates its state at the first step, so ipu_state is empty
+                # until then; PopART's holds the initial values.
+                optimizer._state_dict = to_ipu_state(optimizer, device_optimizer, self._named_device_params())
+                optimizer.ipu_state_is_dirty = False
+                optimizer.host_state_is_dirty = False
         else:
             self._copy_optimizer_state(optimizer, device_optimizer)
 
@@ -685,6 +695,7 @@ class PoplarExecutor:
         self._upload()
         names = {id(self._device_state[name]): name for name, _ in self._model.named_parameters()}
         context = DeviceContext(names, record=True, stages=self._options._execution_strategy.stage_manager())
+        context.training = self._training
         opts = self._options
         # In-place writes to weights and buffers are refused when replicas share broadcast buffers
         # (poptorch/source/LowerToPopartFactories.cpp:41-43, SessionOptions.cpp:468-471).

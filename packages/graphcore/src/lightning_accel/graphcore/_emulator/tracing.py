@@ -89,6 +89,8 @@ class DeviceContext:
         self.operators: dict[int, Counter[str]] = {}
         self.parameters: dict[int, set[str]] = {}
         self.losses: list[torch.Tensor] = []
+        # Whether a training executor compiles the model (for_loop and cond are for inference only).
+        self.training = False
 
     def start_block(self, user_id: str | None, ipu_id: int | None) -> None:
         """Everything executed from now on belongs to this block, until the next block starts.

@@ -1,0 +1,174 @@
+"""Issue 30, items 7, 8, 9 and 11: what poptorch 3.4 does and the emulator did not (or did differently).
+
+Each test states poptorch's behaviour with the source it comes from; these hold on poptorch and the emulator alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+# -- 11. torch.return_types, custom argument parsers, cond, poptorch_core, Options texts, optimizer state ----------
+
+
+def test_torch_return_types_come_back_from_the_device(poptorch: ModuleType) -> None:
+    class TopAndMax(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> Any:
+            return torch.max(x, dim=1), torch.topk(x, 2, dim=1), torch.sort(x, dim=1)
+
+    x = torch.tensor([[1.0, 5.0, 3.0], [4.0, 2.0, 6.0]])
+    maximum, top, ordered = poptorch.inferenceModel(TopAndMax())(x)
+    assert isinstance(maximum, torch.return_types.max)
+    torch.testing.assert_close(maximum.values, torch.tensor([5.0, 6.0]))
+    assert maximum.indices.tolist() == [1, 2]
+    torch.testing.assert_close(top.values, torch.tensor([[5.0, 3.0], [6.0, 4.0]]))
+    torch.testing.assert_close(ordered.values, torch.sort(x, dim=1).values)
+
+
+class Pair:
+    """A custom input type: poptorch takes it once a parser says where its tensors are."""
+
+    def __init__(self, features: torch.Tensor, target: torch.Tensor) -> None:
+        self.features = features
+        self.target = target
+
+
+@pytest.fixture
+def pair_parser(poptorch: ModuleType) -> Iterator[None]:
+    class PairParser(poptorch.ICustomArgParser):
+        def yieldTensors(self, struct: Pair) -> Iterator[torch.Tensor]:
+            yield struct.features
+            yield struct.target
+
+        def reconstruct(self, original: Pair, tensor_iterator: Iterator[torch.Tensor]) -> Pair:
+            return Pair(next(tensor_iterator), next(tensor_iterator))
+
+    poptorch.registerCustomArgParser(Pair, PairParser())
+    yield
+    poptorch.registerCustomArgParser(Pair, None)
+
+
+def test_a_custom_argument_parser_feeds_a_custom_input_type(poptorch: ModuleType, pair_parser: None) -> None:
+    class Regression(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc = torch.nn.Linear(3, 1)
+
+        def forward(self, pair: Pair) -> Any:
+            out = self.fc(pair.features)
+            return out, F.mse_loss(out, pair.target)
+
+    model = Regression()
+    executor = poptorch.trainingModel(model, poptorch.Options().deviceIterations(2))
+    features, target = torch.randn(4, 3), torch.randn(4, 1)
+    before = model.fc.weight.detach().clone()
+    out, loss = executor(Pair(features, target))
+    assert out.shape == (2, 1)  # OutputMode.Final: the last device iteration's micro-batch of 2
+    assert loss.shape == ()
+    assert not torch.equal(model.fc.weight, before)
+    executor.destroy()
+
+
+def test_a_custom_argument_parser_must_be_an_ICustomArgParser(poptorch: ModuleType) -> None:
+    # poptorch 3.4 python/__init__.py:849-852.
+    with pytest.raises(poptorch.Error, match=r"^'poptorch_py_error': arg_parser must inherit from ICustomArgParser$"):
+        poptorch.registerCustomArgParser(Pair, object())
+    poptorch.registerGeometricCustomArgParsers()  # without poptorch_geometric: nothing to do
+
+
+def test_cond_picks_the_branch_per_micro_batch_in_inference(poptorch: ModuleType) -> None:
+    class Choose(torch.nn.Module):
+        def forward(self, condition: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            return poptorch.cond(condition, lambda a: a * 10, [x], lambda b: b - 1, [x])[0]
+
+    executor = poptorch.inferenceModel(Choose(), poptorch.Options().deviceIterations(2))
+    out = executor(torch.tensor([[True], [False]]), torch.tensor([[1.0], [1.0]]))
+    assert out.flatten().tolist() == [10.0, 0.0]  # traced once, decided on each micro-batch's value
+    out = executor(torch.tensor([[False], [True]]), torch.tensor([[2.0], [2.0]]))
+    assert out.flatten().tolist() == [1.0, 20.0]
+    executor.destroy()
+    # On the host the chosen body runs (ops.py:241-247).
+    assert poptorch.cond(torch.tensor(False), lambda a: a, [torch.ones(1)], lambda b: b * 3, [torch.ones(1)]) == [
+        torch.tensor([3.0])
+    ]
+
+
+def test_cond_and_for_loop_are_refused_in_training(poptorch: ModuleType) -> None:
+    # popart_compiler Compiler.cpp:1487-1488 and 1537-1538; tests/if_test.py::test_cond_training.
+    class Model(torch.nn.Module):
+        def __init__(self, loop: bool) -> None:
+            super().__init__()
+            self.layer1 = torch.nn.Linear(4, 4)
+            self.loop = loop
+
+        def forward(self, condition: torch.Tensor, x: torch.Tensor) -> Any:
+            if self.loop:
+                out = poptorch.for_loop(2, self.layer1, [x])[0]
+            else:
+                out = poptorch.cond(condition, self.layer1, [x], self.layer1, [x])[0]
+            return out, poptorch.identity_loss(out, reduction="sum")
+
+    for loop, name in ((False, "cond"), (True, "for_loop")):
+        training = poptorch.trainingModel(Model(loop))
+        with pytest.raises(poptorch.Error, match=rf"poptorch\.{name}\(\) is only supported in inference\."):
+            training(torch.tensor([True]), torch.ones(1, 4))
+
+
+def test_poptorch_core_error_is_poptorch_error(poptorch: ModuleType) -> None:
+    # poptorch 3.4 python/__init__.py:41 imports Error, RecoverableError and UnrecoverableError from poptorch_core.
+    assert poptorch.poptorch_core.Error is poptorch.Error
+    assert poptorch.poptorch_core.RecoverableError is poptorch.RecoverableError
+    assert poptorch.poptorch_core.UnrecoverableError is poptorch.UnrecoverableError
+
+
+def test_options_errors_have_poptorchs_texts(poptorch: ModuleType) -> None:
+    opts = poptorch.Options()
+    # options.py:187-188 (no space between "either" and "torch").
+    with pytest.raises(ValueError, match=r"^parameter to setPartialsType should be eithertorch\.float or torch\.half$"):
+        opts.Precision.setPartialsType(torch.int32)
+    # _options_impl.py:146-154: private attributes are declared before the option values.
+    with pytest.raises(AttributeError, match=r"^Invalid private attribute _my_flag\. Valid attributes: \["):
+        opts.Training._my_flag = True
+
+
+def test_a_poptorch_optimizer_has_device_state_once_compiled(poptorch: ModuleType) -> None:
+    # _on_device_attach marks the host state dirty; state_dict() then reads the device's (_poplar_executor.py:421-437).
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(2, 1)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.mse_loss(self.fc(x), y)
+
+    model = Net()
+    optimizer = poptorch.optim.SGD(model.parameters(), lr=0.1)
+    executor = poptorch.trainingModel(model, optimizer=optimizer)
+    assert optimizer.state_dict()["ipu_param"] is None
+    executor.compile(torch.ones(2, 2), torch.zeros(2, 1))
+    state = optimizer.state_dict()
+    assert state["ipu_state"] is not None
+    assert state["ipu_param"]["learningRate___specific___fc.weight"].item() == pytest.approx(0.1)
+    executor.destroy()
+
+
+def test_distribution_argument_checks_do_not_stop_tracing(poptorch: ModuleType) -> None:
+    # poptorch turns torch.distributions' validate_args off while tracing (_poplar_executor.py:83-92, 98-100);
+    # tests/half_float_test.py::test_distributions_uniform.
+    class Noisy(torch.nn.Module):
+        def forward(self, low: torch.Tensor) -> torch.Tensor:
+            return torch.distributions.Uniform(low, torch.tensor([10.0])).sample((4,))
+
+    validating = torch.distributions.Distribution._validate_args
+    executor = poptorch.inferenceModel(Noisy())
+    out = executor(torch.tensor([1.0]))
+    assert out.shape == (4, 1)
+    assert bool(((out >= 1.0) & (out < 10.0)).all())
+    assert torch.distributions.Distribution._validate_args == validating  # restored after the trace
+    executor.destroy()
