@@ -172,3 +172,52 @@ def test_distribution_argument_checks_do_not_stop_tracing(poptorch: ModuleType) 
     assert bool(((out >= 1.0) & (out < 10.0)).all())
     assert torch.distributions.Distribution._validate_args == validating  # restored after the trace
     executor.destroy()
+
+
+# -- 7. inputReplicaGrouping -----------------------------------------------------------------------------------
+
+
+class Regressor(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(3, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Any:
+        out = self.fc(x)
+        return out, F.mse_loss(out, y)
+
+
+@pytest.mark.parametrize(("group_type", "order"), [("Consecutive", [0, 0, 1, 1]), ("Orthogonal", [0, 1, 0, 1])])
+def test_input_replica_grouping_trains_with_each_group_on_its_micro_batch(
+    poptorch: ModuleType, group_type: str, order: list[int]
+) -> None:
+    # 4 replicas in input groups of 2: a host batch holds 2 micro-batches per step, each fed to the 2 replicas of its
+    # group (options.py:1474-1506, the batch size at _poplar_executor.py:1510-1515; the groups, enums.py:242-252).
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(1))
+    y = torch.randn(4, 1, generator=torch.Generator().manual_seed(2))
+    opts = (
+        poptorch.Options()
+        .replicationFactor(4)
+        .inputReplicaGrouping(2, getattr(poptorch.CommGroupType, group_type))
+        .outputMode(poptorch.OutputMode.All)
+    )
+    model = Regressor()
+    reference = Regressor()
+    executor = poptorch.trainingModel(model, opts, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    out, loss = executor(x, y)
+    # One output and one loss per replica, in replica order.
+    assert out.shape == (8, 1)
+    with torch.no_grad():
+        expected = torch.stack([F.mse_loss(reference.fc(x[2 * g : 2 * g + 2]), y[2 * g : 2 * g + 2]) for g in order])
+    torch.testing.assert_close(loss, expected)
+    # The mean over the replicas' gradients is the full batch's: one SGD step of the whole batch.
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    F.mse_loss(reference.fc(x), y).backward()
+    reference_optimizer.step()
+    torch.testing.assert_close(model.fc.weight, reference.fc.weight)
+    executor.destroy()
+    # Inference: one output per replica too.
+    inference = poptorch.inferenceModel(Regressor(), opts)
+    assert inference(x, y)[0].shape == (8, 1)
+    inference.destroy()

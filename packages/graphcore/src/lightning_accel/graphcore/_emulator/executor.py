@@ -43,7 +43,7 @@ import torch
 from lightning_accel.core.pycompat import strict_zip
 
 from . import device, report
-from .enums import MeanReductionStrategy, OutputMode, ReductionType
+from .enums import CommGroupType, MeanReductionStrategy, OutputMode, ReductionType
 from .errors import Error
 from .execution import ShardedExecution
 from .ipu_tensors import move_model_to_ipu
@@ -852,17 +852,28 @@ class PoplarExecutor:
         states = [[self._device_state[name] for name in names]]
         states += [[own.get(name, self._device_state[name]) for name in names] for own in self._replica_buffers]
         micro_batches = [leaf.unbind(0) for leaf in inputs]
+        opts = self._options
+        replicas = opts.replication_factor
+        # With inputReplicaGrouping, the replicas of a group take the same micro-batch: a host call holds
+        # replicas / input_group_size of them per step (options.py:1474-1506; CommGroupType's groups, enums.py:234-256).
+        groups = replicas // opts.input_group_size
+        consecutive = opts.input_cgt != CommGroupType.Orthogonal
 
         def run(index: int) -> tuple[Any, torch.Tensor | None]:
-            # Micro-batches are laid out [device_iterations][gradient_accumulation][replicas].
-            return program.run(states[index % len(states)], [leaf[index] for leaf in micro_batches])
+            # Runs are laid out [device_iterations][gradient_accumulation][replicas], micro-batches
+            # [device_iterations][gradient_accumulation][input groups].
+            step, replica = divmod(index, replicas)
+            group = replica // opts.input_group_size if consecutive else replica % groups
+            micro_batch = step * groups + group
+            return program.run(states[replica % len(states)], [leaf[micro_batch] for leaf in micro_batches])
 
         return run
 
     def _run_inference(self, inputs: list[torch.Tensor]) -> list[Any]:
         run = self._runner(inputs)
         with torch.no_grad():
-            return [run(index)[0] for index in range(self._batch_factor)]
+            runs = self._options.device_iterations * self._options.replication_factor
+            return [run(index)[0] for index in range(runs)]
 
     def _run_training(self, inputs: list[torch.Tensor]) -> list[Any]:
         opts = self._options
