@@ -221,3 +221,125 @@ def test_input_replica_grouping_trains_with_each_group_on_its_micro_batch(
     inference = poptorch.inferenceModel(Regressor(), opts)
     assert inference(x, y)[0].shape == (8, 1)
     inference.destroy()
+
+
+# -- 9. smaller differences: the error class, offline targets, the device generator, six error types ---------------
+
+
+def test_poptorch_error_is_an_exception_not_a_runtime_error(poptorch: ModuleType) -> None:
+    # poptorch.cpp:627: Error is registered with base PyExc_Exception.
+    assert issubclass(poptorch.Error, Exception)
+    assert not issubclass(poptorch.Error, RuntimeError)
+    assert issubclass(poptorch.RecoverableError, poptorch.Error)
+
+
+def test_an_offline_target_compiles_and_refuses_to_run(poptorch: ModuleType) -> None:
+    # _poplar_executor.py:1232-1235 and 1576-1578; tests/options_test.py::test_offline_ipu.
+    opts = poptorch.Options().useOfflineIpuTarget()
+    inference = poptorch.inferenceModel(torch.nn.Linear(2, 2), opts)
+    with pytest.raises(AssertionError, match=r"^Trying to run a model on an offline device \(ConnectionType\.Never\)"):
+        inference(torch.ones(1, 2))
+    inference.compile(torch.ones(1, 2))
+    assert inference.isCompiled()
+    assert not inference.isAttachedToDevice()
+    with pytest.raises(AssertionError, match=r"^Trying to attach to an offline device \(ConnectionType\.Never\)$"):
+        inference.attachToDevice()
+    inference.destroy()
+
+
+def test_the_device_generator_restarts_from_random_seed_at_every_attach(poptorch: ModuleType) -> None:
+    # _poplar_executor.py:224-226 caches [random_seed]; _on_device_attach copies it to the device (:431-432).
+    class Noise(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.rand(x.shape)
+
+    executor = poptorch.inferenceModel(Noise(), poptorch.Options().randomSeed(7))
+    torch.manual_seed(123)  # the host's draws after the options were made
+    first = executor(torch.zeros(1, 4))
+    second = executor(torch.zeros(1, 4))
+    assert not torch.equal(first, second)  # the device generator moves on between calls
+    executor.detachFromDevice()
+    torch.rand(10)
+    executor.attachToDevice()
+    torch.testing.assert_close(executor(torch.zeros(1, 4)), first)
+    # The host's generator is the host's: the device's draws do not move it.
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    executor(torch.zeros(1, 4))
+    torch.testing.assert_close(torch.rand(3), expected)
+    executor.destroy()
+
+
+def test_six_errors_have_poptorchs_types_and_texts(poptorch: ModuleType) -> None:
+    # Options of another type: _poplar_executor.py:147-151.
+    with pytest.raises(poptorch.Error, match=r"Invalid type: 'options' is of type <class 'dict'> \(Expected poptorch"):
+        poptorch.inferenceModel(torch.nn.Linear(1, 1), {"deviceIterations": 2})
+    # identity_loss's reduction: an assert (ops.py:1047).
+    with pytest.raises(AssertionError, match=r"^Unsupported reduction type!$"):
+        poptorch.identity_loss(torch.ones(2), reduction="max")
+    # recomputationCheckpoint of a non-tensor: ops.py:375-377.
+    with pytest.raises(ValueError, match=r"^All inputs must be tensors$"):
+        poptorch.recomputationCheckpoint(torch.ones(1), 2.0)
+    # DataLoader: poptorch checks no mode (anything but Async/AsyncRebatched loads synchronously), and torch refuses
+    # persistent workers without workers (__init__.py:312-314, 449-457).
+    data = torch.utils.data.TensorDataset(torch.arange(4.0))
+    assert len(poptorch.DataLoader(poptorch.Options(), data, batch_size=2, mode="sync")) == 2
+    with pytest.raises(ValueError, match=r"persistent_workers option needs num_workers > 0"):
+        poptorch.DataLoader(poptorch.Options(), data, batch_size=2, persistent_workers=True)
+
+    # Block ids are not checked when the block is made; the IPU goes to begin_ipu_block(int ...) when the model is
+    # traced, whose schema refuses a str (_options_impl.py:251, RegisterAtenOverloads.cpp:888).
+    class OnIpu(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with poptorch.Block(ipu_id="0"):
+                return x * 2
+
+    block = poptorch.Block(user_id=3, ipu_id="0")  # accepted
+    assert block is not None
+    with pytest.raises(RuntimeError, match=r"begin_ipu_block\(\) Expected a value of type 'int' for argument 'ipu_id'"):
+        poptorch.inferenceModel(OnIpu())(torch.ones(1))
+
+
+# -- 8. DataLoaderMode.Async: poptorch's worker rules and ring buffer ----------------------------------------------
+
+
+def _numbered(rows: int = 12) -> torch.utils.data.TensorDataset:
+    return torch.utils.data.TensorDataset(torch.arange(float(rows)).reshape(rows, 1), torch.arange(rows))
+
+
+def test_an_async_loader_hands_out_the_sync_batches_with_tuples_as_lists(poptorch: ModuleType) -> None:
+    opts = poptorch.Options().deviceIterations(2)
+    sync = [batch for batch in poptorch.DataLoader(opts, _numbered(), batch_size=1)]
+    loader = poptorch.DataLoader(opts, _numbered(), batch_size=1, mode=poptorch.DataLoaderMode.Async)
+    assert len(loader) == len(sync) == 6
+    seen = []
+    for batch in loader:
+        assert isinstance(batch, list)  # the worker sends a flat tuple of tensors; the host gets a list
+        seen.append([tensor.clone() for tensor in batch])
+    for got, expected in zip(seen, sync):
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    loader.terminate()
+
+
+def test_an_async_batch_kept_past_next_is_overwritten_by_a_later_one(poptorch: ModuleType) -> None:
+    # The host gets views of the ring buffer's slots; a released slot is refilled (_dataloader.py:82-139).
+    data = torch.utils.data.DataLoader(_numbered(6), batch_size=1)
+    accessor = poptorch.AsynchronousDataAccessor(data, buffer_size=2)
+    kept = list(accessor)
+    assert [batch[0].item() for batch in kept] == [4.0, 5.0, 4.0, 5.0, 4.0, 5.0]
+    assert [[t.item() for t in batch] == [float(i), i] for i, batch in enumerate(accessor)] == [True] * 6  # in time
+    accessor.terminate()
+
+
+def test_an_async_worker_takes_only_a_flat_container_of_tensors(poptorch: ModuleType) -> None:
+    # _dataloader.py:358-366: the worker asserts, and the accessor fails to start (:253-256).
+    nested = [((torch.ones(1), torch.zeros(1)), torch.ones(1))]
+    with pytest.raises(poptorch.Error, match=r"AsynchronousDataAccessor worker thread failed to start"):
+        poptorch.AsynchronousDataAccessor(nested)
+    # A tuple comes back as a list, a dict as a dict, a tensor as a tensor.
+    assert isinstance(next(iter(poptorch.AsynchronousDataAccessor([(torch.ones(1), torch.zeros(1))]))), list)
+    assert next(iter(poptorch.AsynchronousDataAccessor([{"x": torch.ones(2)}]))).keys() == {"x"}
+    assert isinstance(next(iter(poptorch.AsynchronousDataAccessor([torch.ones(2)]))), torch.Tensor)
+    with pytest.raises(poptorch.Error, match=r"AsynchronousDataAccessor worker thread failed to start"):
+        poptorch.AsynchronousDataAccessor([])  # "The Dataset is empty"

@@ -59,8 +59,8 @@ def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
         >>> identity_loss(torch.tensor([1.0, 3.0]), reduction="mean")
         tensor(2.)
     """
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"identity_loss(reduction={reduction!r}) is not accepted: use one of {_REDUCTIONS}.")
+    # An assert in poptorch 3.4 (ops.py:1041-1047).
+    assert reduction in _REDUCTIONS, "Unsupported reduction type!"
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"identity_loss takes a tensor, got {type(x).__name__}.")
     out = x.sum() if reduction == "sum" else x.mean() if reduction == "mean" else x * 1
@@ -129,10 +129,18 @@ def ipu_print_tensor(
     return tensor * 1
 
 
+def _all_tensors(values: Any) -> None:
+    for value in values:
+        if not isinstance(value, torch.Tensor):
+            raise ValueError("All inputs must be tensors")  # poptorch 3.4 ops.py:375-377
+
+
 def recomputationCheckpoint(*tensors: torch.Tensor) -> Any:
     """Mark a recomputation checkpoint in a pipelined model (scheduling only)."""
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        _all_tensors(tensors[0])
         return type(tensors[0])(t * 1 for t in tensors[0])
+    _all_tensors(tensors)
     out = tuple(t * 1 for t in tensors)
     return out[0] if len(out) == 1 else out
 
@@ -141,8 +149,10 @@ def serializedMatMul(
     lhs: torch.Tensor, rhs: torch.Tensor, mode: MatMulSerializationMode, factor: int = 0, keep_precision: bool = False
 ) -> torch.Tensor:
     """``lhs @ rhs``, computed by Poplar in ``factor`` slices along the dimension ``mode`` names (memory only)."""
-    if not isinstance(mode, MatMulSerializationMode):
-        raise createPoptorchError(f"serializedMatMul: mode must be a poptorch.MatMulSerializationMode, got {mode!r}.")
+    # Asserts in poptorch 3.4 (ops.py:416-418).
+    assert isinstance(keep_precision, bool)
+    assert isinstance(factor, int)
+    assert isinstance(mode, MatMulSerializationMode)
     return torch.matmul(lhs, rhs)
 
 
