@@ -89,6 +89,8 @@ IPU_STACK_TOOLS = [
 
 
 SEEDS = ROOT / ".nox" / "_seeds"
+# What every session on the emulator starts from, installed once per run (install_seeded).
+SEEDED = (TORCH, LIGHTNING, *TEST_TOOLS)
 
 
 def install_seeded(session: nox.Session, *requirements: str) -> None:
@@ -117,7 +119,7 @@ def install_seeded(session: nox.Session, *requirements: str) -> None:
 
 def install_base(session: nox.Session, *packages: str, editable: bool = True) -> None:
     """torch, Lightning, the test tools, the core and ``packages``; with "habana", the SDK emulator it runs on here."""
-    install_seeded(session, TORCH, LIGHTNING, *TEST_TOOLS)
+    install_seeded(session, *SEEDED)
     if "habana" in packages and "habana-emulator" not in packages:
         packages = ("habana-emulator", *packages)  # what lightning-accel-habana[emulator] pulls, from this tree
     for name in ("core", *packages):
@@ -177,7 +179,7 @@ def vendor_tests(
     if plan.hardware:
         requirements = [plan.lightning or LIGHTNING, *TEST_TOOLS, "-e", PACKAGES["core"]]
     else:
-        install_seeded(session, TORCH, LIGHTNING, *TEST_TOOLS)
+        install_seeded(session, *SEEDED)
         requirements = ["-e", PACKAGES["core"]]
     for name in also:
         requirements += ["-e", PACKAGES[name]]

@@ -70,19 +70,7 @@ class DataLoader(torch.utils.data.DataLoader):
     ) -> None:
         self._accessor: AsynchronousDataAccessor | None = None
         self._build(
-            options,
-            dataset,
-            batch_size,
-            shuffle,
-            num_workers,
-            drop_last,
-            persistent_workers,
-            auto_distributed_partitioning,
-            mode,
-            async_options,
-            rebatched_worker_size,
-            batch_sampler,
-            **kwargs,
+            options, dataset, batch_size, shuffle, num_workers, drop_last, persistent_workers, batch_sampler, kwargs
         )
         # Async and AsyncRebatched load through an AsynchronousDataAccessor (__init__.py:434-466); the emulator's
         # hands out the same batches as Sync (rebatching in the worker makes the same combined batches).
@@ -97,18 +85,15 @@ class DataLoader(torch.utils.data.DataLoader):
         self,
         options: Options,
         dataset: Dataset[Any],
-        batch_size: int | None = 1,
-        shuffle: bool | None = None,
-        num_workers: int = 0,
-        drop_last: bool = True,
-        persistent_workers: bool | None = None,
-        auto_distributed_partitioning: bool = True,
-        mode: DataLoaderMode = DataLoaderMode.Sync,
-        async_options: dict[str, Any] | None = None,
-        rebatched_worker_size: int | None = None,
-        batch_sampler: Iterable[list[int]] | None = None,
-        **kwargs: Any,
+        batch_size: int | None,
+        shuffle: bool | None,
+        num_workers: int,
+        drop_last: bool,
+        persistent_workers: bool | None,
+        batch_sampler: Iterable[list[int]] | None,
+        kwargs: dict[str, Any],
     ) -> None:
+        """The synchronous loader; ``__init__`` adds the asynchronous accessor after it, whichever way this returns."""
         # An assert in poptorch 3.4 (__init__.py:311).
         assert isinstance(options, Options), f"poptorch.DataLoader takes a poptorch.Options first, got {options!r}"
         # poptorch checks neither mode nor persistent_workers: a mode that is not Async or AsyncRebatched loads
