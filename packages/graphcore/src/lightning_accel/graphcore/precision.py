@@ -18,6 +18,8 @@ from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
 
+from ._host_optimizer import without_parameters
+
 __all__ = ["IPUPrecision", "IPUPrecisionPlugin", "SUPPORTED_PRECISION"]
 
 SUPPORTED_PRECISION = ("32-true", "16-mixed", "16-true")
@@ -96,9 +98,10 @@ class IPUPrecision(Precision):
             raise ConfigurationError("LBFGS is not supported on IPUs: use SGD, Adam, AdamW or RMSprop.")
         closure_result = closure()
         self._after_closure(model, optimizer)
-        # The device has updated the weights. The host optimizer holds no gradients, so its step changes nothing;
-        # it still runs, so that step hooks fire and learning-rate schedulers see that a step happened.
-        if all(param.grad is None for group in optimizer.param_groups for param in group["params"]):
+        # The device has updated the weights. The host optimizer still steps, so that step hooks fire and
+        # learning-rate schedulers see that a step happened, but without parameters: on IPUs each read of one copies
+        # every weight to the host (see _host_optimizer), and the host has no gradient to apply.
+        with without_parameters(optimizer):
             optimizer.step()
         return closure_result
 

@@ -25,6 +25,7 @@ from lightning_accel.core.errors import ConfigurationError
 from . import sdk
 from ._dataloaders import to_poptorch_loader
 from ._device_options import device_optimizer, resolve_options, sync_hyperparameters
+from ._host_optimizer import install_parameterless_zero_grad, remove_parameterless_zero_grad
 from ._optimizer_checks import check_every_weight_is_optimized, hyperparameters, refused_change_message
 from ._replication import AutoDevices, replication_from_options, trim_automatic_devices
 from ._step_module import StepModule, metric_states_kept_on_host
@@ -487,6 +488,8 @@ class IPUStrategy(ParallelStrategy):
                 f"configure_optimizers returned {len(self.optimizers)} optimizers; IPUs support exactly one. Combine "
                 "the parameter groups into one optimizer."
             )
+        # Lightning zeroes the host optimizer's gradients before every step: it must read no parameter.
+        install_parameterless_zero_grad(self.optimizers[0])
 
     # -- dataloaders ---------------------------------------------------------------------------------------------
 
@@ -700,9 +703,14 @@ class IPUStrategy(ParallelStrategy):
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self._check_accumulation_unchanged()
         compiled = self._compiled_structure.get(RunningStage.TRAINING)
-        if RunningStage.TRAINING in self.poptorch_models and compiled != self._structure(training=True):
-            # A callback changed what trains or how (BackboneFinetuning unfreezes and adds a parameter group,
-            # ModelPruning re-parametrizes weights).
+        # What trains is checked at the start of an epoch, where callbacks change it (BackboneFinetuning unfreezes
+        # and adds a parameter group, ModelPruning re-parametrizes weights). Not at every step: reading a parameter's
+        # shape or requires_grad copies every weight from the IPUs to the host (_poplar_executor.py:319-333).
+        if (
+            batch_idx == 0
+            and RunningStage.TRAINING in self.poptorch_models
+            and compiled != self._structure(training=True)
+        ):
             self._rebuild_training_model("the model's parameters, what trains, or the optimizer's groups changed")
         # Learning-rate schedulers change the host optimizer: hand its hyper-parameters to the device every step.
         executor = self.poptorch_models.get(RunningStage.TRAINING)
@@ -829,6 +837,8 @@ class IPUStrategy(ParallelStrategy):
         if self._device_optimizer is not None:
             # The device's last optimizer state, for checkpoints saved after fit.
             self._ipu_optimizer_state = dict(self._device_optimizer.state_dict())
+        for optimizer in self.optimizers:
+            remove_parameterless_zero_grad(optimizer)
         self.poptorch_models.clear()
         self._compiled_rows.clear()
         self._compiled_structure.clear()

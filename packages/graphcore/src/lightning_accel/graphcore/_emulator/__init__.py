@@ -20,7 +20,13 @@ Example:
 from __future__ import annotations
 
 from . import enums, ops, optim
-from .annotations import ICustomArgParser, MultiConv, NameScope
+from .annotations import (
+    ICustomArgParser,
+    MultiConv,
+    NameScope,
+    registerCustomArgParser,
+    registerGeometricCustomArgParsers,
+)
 from .blocks import BeginBlock, Block, BlockFunction, BlockId, LegacyBeginBlockFn, removeBlocks
 from .dataloader import AsynchronousDataAccessor, DataLoader
 from .device import ipuHardwareIsAvailable, ipuHardwareVersion
@@ -52,9 +58,11 @@ from .execution import (
 )
 from .executor import PoplarExecutor, inferenceModel, registerPostCompileHook, registerPreCompileHook, trainingModel
 from .left_out import left_out
+from .left_out import poptorch_core as _poptorch_core
 from .ops import (
     ATTR_PREFIX,
     attributes_lists,
+    cond,
     createPoptorchError,
     dynamic_slice,
     dynamic_update,
@@ -80,7 +88,6 @@ from .options import Attribute, ConfigFileError, Options, TensorLocationSettings
 
 CPU = left_out("poptorch.CPU")
 accessAttributes = left_out("poptorch.accessAttributes")
-cond = left_out("poptorch.cond")
 ctc_beam_search_decoder = left_out("poptorch.ctc_beam_search_decoder")
 custom_op = left_out("poptorch.custom_op")
 fps = left_out("poptorch.fps")
@@ -88,10 +95,8 @@ getIpuTensorId = left_out("poptorch.getIpuTensorId")
 importPoptorchMetadataFromFile = left_out("poptorch.importPoptorchMetadataFromFile")
 load = left_out("poptorch.load")
 nearest = left_out("poptorch.nearest")
-poptorch_core = left_out("poptorch.poptorch_core")
+poptorch_core = _poptorch_core()
 profiling = left_out("poptorch.profiling")
-registerCustomArgParser = left_out("poptorch.registerCustomArgParser")
-registerGeometricCustomArgParsers = left_out("poptorch.registerGeometricCustomArgParsers")
 
 __all__ = [
     "ATTR_PREFIX",
@@ -184,3 +189,5 @@ __all__ = [
 
 # The poptorch release whose semantics are emulated.
 __version__ = "3.4.0+lightning-accel-emulator"
+
+registerGeometricCustomArgParsers()

@@ -1,14 +1,20 @@
 """Compiler annotations that do not change what the model computes: ``MultiConv`` and ``NameScope``.
 
-Also the base class of custom argument parsers, whose registration the emulator leaves out.
+Also custom argument parsers: their base class and their registration, plain Python in poptorch 3.4
+(``python/__init__.py:800-873``).
 """
 
 from __future__ import annotations
 
 import abc
+import importlib
+import importlib.util
 from typing import Any
 
-__all__ = ["ICustomArgParser", "MultiConv", "NameScope"]
+from .errors import Error
+from .structures import custom_arg_parsers
+
+__all__ = ["ICustomArgParser", "MultiConv", "NameScope", "registerCustomArgParser", "registerGeometricCustomArgParsers"]
 
 
 class MultiConv:
@@ -77,7 +83,7 @@ class NameScope:
 
 
 class ICustomArgParser(abc.ABC):
-    """Base class of parsers for custom input types (``poptorch.registerCustomArgParser``, not emulated)."""
+    """Base class of parsers for custom input types (see :func:`registerCustomArgParser`)."""
 
     @abc.abstractmethod
     def yieldTensors(self, struct: Any) -> None:
@@ -86,3 +92,38 @@ class ICustomArgParser(abc.ABC):
     @abc.abstractmethod
     def reconstruct(self, original_structure: Any, tensor_iterator: Any) -> Any:
         """Rebuild ``original_structure`` from tensors."""
+
+
+def registerCustomArgParser(arg_data_type: type, arg_parser: ICustomArgParser | None) -> None:
+    """Flatten and rebuild inputs of ``arg_data_type`` (and its subclasses) with ``arg_parser``; ``None`` removes it.
+
+    Example:
+        >>> class Pair:
+        ...     def __init__(self, a, b):
+        ...         self.a, self.b = a, b
+        >>> class PairParser(ICustomArgParser):
+        ...     def yieldTensors(self, struct):
+        ...         yield struct.a
+        ...         yield struct.b
+        ...     def reconstruct(self, original, tensor_iterator):
+        ...         return Pair(next(tensor_iterator), next(tensor_iterator))
+        >>> registerCustomArgParser(Pair, PairParser())
+        >>> registerCustomArgParser(Pair, None)
+    """
+    if arg_parser is None:
+        custom_arg_parsers.pop(arg_data_type, None)
+        return
+    if not isinstance(arg_parser, ICustomArgParser):
+        raise Error("arg_parser must inherit from ICustomArgParser")
+    custom_arg_parsers[arg_data_type] = arg_parser
+
+
+def registerGeometricCustomArgParsers() -> None:
+    """Register PopTorch Geometric's parsers when ``poptorch_geometric`` is installed; otherwise do nothing."""
+    try:
+        if importlib.util.find_spec("poptorch_geometric") is None:
+            return
+        types = importlib.import_module("poptorch_geometric.types")
+        types.registerCustomArgParsers()
+    except ImportError:
+        pass

@@ -57,13 +57,6 @@ class LegacyBeginBlockFn:
         return self._fn(*args, **kwargs)
 
 
-def _check_ids(user_id: Any, ipu_id: Any) -> None:
-    if user_id is not None and not isinstance(user_id, str):
-        raise TypeError(f"user_id must be a str or None, got {user_id!r}.")
-    if ipu_id is not None and (isinstance(ipu_id, bool) or not isinstance(ipu_id, int) or ipu_id < 0):
-        raise TypeError(f"ipu_id must be a non-negative int (the IPU within one replica) or None, got {ipu_id!r}.")
-
-
 def BeginBlock(layer_to_call: _M, user_id: str | None = None, ipu_id: int | None = None) -> _M:
     """Start a new block (on IPU ``ipu_id``) each time ``layer_to_call`` runs; returns the layer.
 
@@ -74,14 +67,13 @@ def BeginBlock(layer_to_call: _M, user_id: str | None = None, ipu_id: int | None
         >>> isinstance(layer, torch.nn.Linear)
         True
     """
-    _check_ids(user_id, ipu_id)
     if not isinstance(layer_to_call, torch.nn.Module):
         if callable(layer_to_call):
             return LegacyBeginBlockFn(layer_to_call, user_id, ipu_id)  # type: ignore[return-value]
-        raise TypeError(f"BeginBlock takes a torch.nn.Module or a callable, got {layer_to_call!r}.")
+        raise Error("module is not an instance of torch.nn.Module or function.")  # ops.py:720-727
     for hook in layer_to_call._forward_pre_hooks.values():
         if isinstance(hook, _BlockHook):
-            raise Error(f"module has already been assigned to a block: {type(layer_to_call).__name__}")
+            raise Error("module has already been assigned to a block.")  # ops.py:729-734
     layer_to_call.register_forward_pre_hook(_BlockHook(user_id, ipu_id))
     return layer_to_call
 
@@ -97,7 +89,6 @@ class Block:
     """
 
     def __init__(self, user_id: str | None = None, ipu_id: int | None = None) -> None:
-        _check_ids(user_id, ipu_id)
         self.user_id = user_id
         self.ipu_id = ipu_id
 
@@ -136,7 +127,6 @@ def BlockFunction(user_id: str | None = None, ipu_id: int | None = None) -> Call
         >>> head(1)
         2
     """
-    _check_ids(user_id, ipu_id)
 
     def decorate(fn: _F) -> _F:
         @functools.wraps(fn)

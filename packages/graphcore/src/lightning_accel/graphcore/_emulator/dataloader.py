@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Iterable, Iterator, Sized
 from typing import Any
@@ -12,7 +13,7 @@ from torch.utils.data import Dataset, IterableDataset
 from .enums import DataLoaderMode, SharingStrategy
 from .errors import Error
 from .options import Options
-from .structures import flatten, unflatten
+from .structures import flatten, get_custom_parser, unflatten
 
 __all__ = ["AsynchronousDataAccessor", "DataLoader"]
 
@@ -41,7 +42,8 @@ class DataLoader(torch.utils.data.DataLoader):
     """``poptorch.DataLoader``: each batch holds ``batch_size x device_iterations x replicas x accumulation`` samples.
 
     The options are frozen. ``drop_last`` defaults to ``True`` because a smaller last batch would not match the
-    compiled model. ``mode`` is accepted; the emulator always loads synchronously.
+    compiled model. With ``mode=DataLoaderMode.Async`` the batches come through an
+    :class:`AsynchronousDataAccessor`, with its rules.
 
     Example:
         >>> opts = Options().deviceIterations(4)
@@ -66,10 +68,39 @@ class DataLoader(torch.utils.data.DataLoader):
         batch_sampler: Iterable[list[int]] | None = None,
         **kwargs: Any,
     ) -> None:
+        self._accessor: AsynchronousDataAccessor | None = None
+        self._build(
+            options, dataset, batch_size, shuffle, num_workers, drop_last, persistent_workers, batch_sampler, kwargs
+        )
+        # Async and AsyncRebatched load through an AsynchronousDataAccessor (__init__.py:434-466); the emulator's
+        # hands out the same batches as Sync (rebatching in the worker makes the same combined batches).
+        if mode in (DataLoaderMode.Async, DataLoaderMode.AsyncRebatched):
+            async_options = dict(async_options or {})
+            assert "rebatched_size" not in async_options, (
+                "You cannot use DataLoaderMode.AsyncRebatched and manually specify the rebatched_size in async_options"
+            )
+            self._accessor = AsynchronousDataAccessor(self, **async_options)
+
+    def _build(
+        self,
+        options: Options,
+        dataset: Dataset[Any],
+        batch_size: int | None,
+        shuffle: bool | None,
+        num_workers: int,
+        drop_last: bool,
+        persistent_workers: bool | None,
+        batch_sampler: Iterable[list[int]] | None,
+        kwargs: dict[str, Any],
+    ) -> None:
+        """The synchronous loader; ``__init__`` adds the asynchronous accessor after it, whichever way this returns."""
         # An assert in poptorch 3.4 (__init__.py:311).
         assert isinstance(options, Options), f"poptorch.DataLoader takes a poptorch.Options first, got {options!r}"
-        if not isinstance(mode, DataLoaderMode):
-            raise TypeError(f"mode must be a poptorch.DataLoaderMode, got {mode!r}.")
+        # poptorch checks neither mode nor persistent_workers: a mode that is not Async or AsyncRebatched loads
+        # synchronously, and torch's DataLoader refuses persistent workers without workers
+        # (__init__.py:312-314, 449-457).
+        if persistent_workers is None:
+            persistent_workers = num_workers > 0
         options._freeze()
         factor = (
             options.device_iterations
@@ -94,7 +125,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 dataset,
                 batch_sampler=batch_sampler,
                 num_workers=num_workers,
-                persistent_workers=bool(persistent_workers) and num_workers > 0,
+                persistent_workers=persistent_workers,
                 **kwargs,
             )
             return
@@ -106,7 +137,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 batch_size=None,
                 shuffle=bool(shuffle),
                 num_workers=num_workers,
-                persistent_workers=bool(persistent_workers) and num_workers > 0,
+                persistent_workers=persistent_workers,
                 **kwargs,
             )
             return
@@ -130,7 +161,7 @@ class DataLoader(torch.utils.data.DataLoader):
             shuffle=bool(shuffle),
             num_workers=num_workers,
             drop_last=drop_last,
-            persistent_workers=bool(persistent_workers) and num_workers > 0,
+            persistent_workers=persistent_workers,
             **kwargs,
         )
 
@@ -149,21 +180,37 @@ class DataLoader(torch.utils.data.DataLoader):
         return self._options
 
     def terminate(self) -> None:
-        """Stop an asynchronous loader's worker (the emulator loads synchronously: nothing to stop)."""
+        """Stop an asynchronous loader's worker (the emulator's loads in the calling thread: nothing to stop)."""
+        if self._accessor is not None:
+            self._accessor.terminate()
 
     def __iter__(self) -> Any:
+        if self._accessor is not None:
+            return iter(self._accessor)
+        return self._sync_iter()
+
+    def _sync_iter(self) -> Any:
         if self._batches_to_combine == 1:
             return super().__iter__()
         return _combined_batches(super().__iter__(), self._batches_to_combine, self._combined_drop_last)
 
 
 class AsynchronousDataAccessor:
-    """poptorch's background loader; the emulator iterates the wrapped loader synchronously (same batches).
+    """poptorch's background loader, with its ring buffer: batches are views of ``buffer_size`` reused slots.
+
+    As poptorch 3.4 (``python/__init__.py:526-657``, ``python/_dataloader.py``): the worker reads the first element
+    when the accessor is made and accepts only a tensor, a dict of tensors, a type with a custom argument parser, or a
+    flat list or tuple of tensors (anything else: "AsynchronousDataAccessor worker thread failed to start"); a tuple
+    comes back as a list. Each element is copied into the next slot of a ring of ``buffer_size`` and handed out as
+    views of that slot; once the next element is requested, the worker refills the released slot, so an element kept
+    past ``next()`` is overwritten by the one ``buffer_size`` later. The emulator loads in the calling thread, one
+    ``buffer_size`` ahead, as a worker that always keeps up; the elements are the wrapped loader's.
 
     Example:
-        >>> accessor = AsynchronousDataAccessor([1, 2])
-        >>> list(accessor)
-        [1, 2]
+        >>> data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4.0)), batch_size=1)
+        >>> accessor = AsynchronousDataAccessor(data, buffer_size=2)
+        >>> [batch[0].item() for batch in accessor]
+        [0.0, 1.0, 2.0, 3.0]
     """
 
     def __init__(
@@ -176,10 +223,105 @@ class AsynchronousDataAccessor:
         sharing_strategy: SharingStrategy = SharingStrategy.ForkServer,
         rebatched_size: int | None = None,
     ) -> None:
+        if isinstance(dataset, DataLoader) and dataset._accessor is not None:
+            raise Error(
+                "The DataLoader already uses an AsynchronousDataAccessor internally. Either use the existing one or "
+                "set mode='poptorch.DataLoaderMode.Sync' in the DataLoader."
+            )
+        if rebatched_size is not None:
+            assert rebatched_size > 1, "rebatched_size must be None or greater than 1"
         self._dataset = dataset
+        self.rebatched_size = rebatched_size
+        self._buffer_size = buffer_size
+        self._slots: list[list[torch.Tensor]] = []
+        self._kind: tuple[str, Any] = ("list", None)
+        self._pending: collections.deque[list[torch.Tensor]] = collections.deque()
+        self._source: Iterator[Any] | None = None
+        self._locked: bool | None = None
+        self._next_write = 0
+        # The worker reads the first element as it starts (_dataloader.py:296-380).
+        try:
+            # In its own process: the host's random generator does not move (a shuffled loader's order stays).
+            with torch.random.fork_rng(devices=[]):
+                first = next(self._elements(), None)
+            if first is None:
+                raise Error("The Dataset is empty")
+            self._kind, tensors = self._split(first)
+        except (Error, AssertionError) as err:
+            log.error("%s", err)
+            raise Error("AsynchronousDataAccessor worker thread failed to start (Check above for details)") from err
+        self._slots = [[torch.empty_like(t) for t in tensors] for _ in range(buffer_size)]
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._dataset)
+    def _elements(self) -> Iterator[Any]:
+        dataset = self._dataset
+        if isinstance(dataset, DataLoader) and dataset._accessor is self:
+            return dataset._sync_iter()
+        return iter(dataset)
+
+    @staticmethod
+    def _split(element: Any) -> tuple[tuple[str, Any], list[torch.Tensor]]:
+        """How the element is rebuilt on the host, and its tensors (a flat container, ``_dataloader.py:308-366``)."""
+        parser = get_custom_parser(element)
+        if isinstance(element, torch.Tensor):
+            kind: tuple[str, Any] = ("tensor", None)
+            tensors: list[Any] = [element]
+        elif isinstance(element, dict):
+            kind, tensors = ("dict", list(element)), list(element.values())
+        elif parser is not None:
+            kind, tensors = ("custom", element), list(parser.yieldTensors(element))
+        else:
+            kind, tensors = ("list", None), list(element)
+        for index, tensor in enumerate(tensors):
+            assert isinstance(tensor, torch.Tensor), (
+                f"Tensor at index {index} is not a torch tensor ({type(tensor)}). AsynchronousDataAccessor expects "
+                "data to be organised as a flat 1D container of tensors."
+            )
+        return kind, tensors
+
+    def _fill(self) -> None:
+        """The worker loads elements into the free slots, in ring order; the slot the host holds is not free."""
+        assert self._source is not None
+        while len(self._pending) + (self._locked is not None) < self._buffer_size:
+            element = next(self._source, None)
+            if element is None:
+                return
+            _, tensors = self._split(element)
+            index = self._next_write % self._buffer_size
+            self._next_write += 1
+            views = []
+            for buffer, tensor in zip(self._slots[index], tensors):
+                rows = tensor.shape[0] if tensor.dim() > 0 else None
+                view = buffer if rows is None or rows == buffer.shape[0] else buffer.narrow(0, 0, rows)
+                view.copy_(tensor)
+                views.append(view)
+            self._pending.append(views)
+
+    def __iter__(self) -> AsynchronousDataAccessor:
+        self._source = self._elements()
+        self._pending.clear()
+        self._locked = None
+        self._next_write = 0
+        self._fill()
+        return self
+
+    def __next__(self) -> Any:
+        if self._source is None:
+            self.__iter__()
+        # The element handed out before is released: the worker refills its slot (_dataloader.py:136-139).
+        self._locked = None
+        self._fill()
+        if not self._pending:
+            raise StopIteration
+        views = self._pending.popleft()
+        self._locked = True
+        kind, detail = self._kind
+        if kind == "tensor":
+            return views[0]
+        if kind == "dict":
+            return dict(zip(detail, views))
+        if kind == "custom":
+            return reconstruct_custom(detail, views)
+        return views
 
     def __len__(self) -> int:
         if not isinstance(self._dataset, Sized):
@@ -187,4 +329,9 @@ class AsynchronousDataAccessor:
         return len(self._dataset)
 
     def terminate(self) -> None:
-        """Stop the background worker (nothing to stop in the emulator)."""
+        """Stop the background worker (the emulator's loads in the calling thread: nothing to stop)."""
+
+
+def reconstruct_custom(original: Any, tensors: list[torch.Tensor]) -> Any:
+    """``original`` rebuilt by its custom argument parser from ``tensors``."""
+    return get_custom_parser(original).reconstruct(original, iter(tensors))

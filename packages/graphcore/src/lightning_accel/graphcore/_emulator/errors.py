@@ -5,8 +5,8 @@ from __future__ import annotations
 __all__ = ["Error", "RecoverableError", "UnrecoverableError"]
 
 
-class Error(RuntimeError):
-    """An error raised by the (emulated) PopTorch runtime.
+class Error(Exception):
+    """An error raised by the (emulated) PopTorch runtime: an ``Exception``, as in poptorch (``poptorch.cpp:627``).
 
     Like poptorch's own error it carries ``type``, ``message`` and ``location``; ``str()`` of it starts with
     ``'poptorch_py_error': `` followed by the message, as poptorch prints it.

@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import copyreg
 import datetime
 import inspect
 import logging
@@ -43,7 +44,7 @@ import torch
 from lightning_accel.core.pycompat import strict_zip
 
 from . import device, report
-from .enums import MeanReductionStrategy, OutputMode, ReductionType
+from .enums import CommGroupType, ConnectionType, MeanReductionStrategy, OutputMode, ReductionType
 from .errors import Error
 from .execution import ShardedExecution
 from .ipu_tensors import move_model_to_ipu
@@ -53,7 +54,7 @@ from .optim import Optimizer as PoptorchOptimizer
 from .optimizer_values import OptimizerValues, check_replacement, kind_of, optimizer_values
 from .options import Options
 from .program import Program, trace
-from .structures import flatten, unflatten
+from .structures import flatten, get_custom_parser, unflatten
 from .tracing import DeviceContext, final_loss, running_on
 
 __all__ = ["PoplarExecutor", "inferenceModel", "registerPostCompileHook", "registerPreCompileHook", "trainingModel"]
@@ -93,6 +94,38 @@ def registerPostCompileHook(hook: Any) -> Any:
 _BUFFERS_CAN_CHANGE = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
 # Models wrapped by a trainingModel that was not destroyed (poptorch allows one at a time), and that wrapper.
 _training_wrapped: weakref.WeakKeyDictionary[torch.nn.Module, weakref.ref[PoplarExecutor]] = weakref.WeakKeyDictionary()
+
+
+def _pickle_unwrapped(param: torch.nn.Parameter) -> Any:
+    """Pickle (``torch.save``) a wrapped parameter as the ``torch.nn.Parameter`` it wraps (``_impl.py:318-337``)."""
+    wrapper = type(param)
+    param.__class__ = torch.nn.Parameter
+    try:
+        return param.__reduce_ex__(2)
+    finally:
+        param.__class__ = wrapper
+
+
+def _wrap_parameters(model: torch.nn.Module, parent: weakref.ref[PoplarExecutor]) -> type:
+    """Make every read of an attribute of ``model``'s parameters copy the weights to the host when they are dirty.
+
+    poptorch swaps the class of each parameter for ``PoptorchParameter``, whose ``__getattribute__`` calls
+    ``copyWeightsToHostIfNeeded()`` (``_poplar_executor.py:319-333``, ``_install_state_hooks``, ``:372-381``).
+    The emulator swaps parameters (not buffers) the same way.
+    """
+
+    class PoptorchParameter(torch.nn.Parameter):
+        def __getattribute__(self, name: str) -> Any:
+            executor = parent()
+            if executor is not None:
+                executor.copyWeightsToHostIfNeeded()
+            return object.__getattribute__(self, name)
+
+    copyreg.pickle(PoptorchParameter, _pickle_unwrapped)
+    for param in model.parameters():
+        if type(param) is torch.nn.Parameter:
+            param.__class__ = PoptorchParameter
+    return PoptorchParameter
 
 
 class _Compiled:
@@ -137,7 +170,10 @@ def _describe(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
     described: list[tuple[str, Any]] = []
 
     def walk(name: str, value: Any) -> None:
-        if isinstance(value, (tuple, list)):
+        if get_custom_parser(value) is not None:
+            for i, item in enumerate(flatten(value)[0]):
+                walk(f"{name}[{i}]", item)
+        elif isinstance(value, (tuple, list)):
             for i, item in enumerate(value):
                 walk(f"{name}[{i}]", item)
         elif isinstance(value, dict):
@@ -174,10 +210,12 @@ class PoplarExecutor:
         training: bool,
         optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
-        if options is None:
+        if options:
+            if not isinstance(options, Options):
+                # _poplar_executor.py:147-151.
+                raise Error(f"Invalid type: 'options' is of type {type(options)} (Expected poptorch.Options)")
+        else:
             options = Options()
-        if not isinstance(options, Options):
-            raise TypeError(f"options must be a poptorch.Options, got {type(options).__name__}.")
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
         options._freeze()
@@ -207,6 +245,7 @@ class PoplarExecutor:
         # poptorch runs a shallow copy: attributes the model's Python assigns while it is traced land on the copy.
         self._model = copy.copy(model)
         self._host_weights_version = 0
+        self._dirty_host_weights = False
         self._options = resolved
         self._training = training
         self._executable: _Compiled | None = None
@@ -221,11 +260,13 @@ class PoplarExecutor:
         self._device_state: dict[str, torch.Tensor] = {}
         self._replica_buffers: list[dict[str, torch.Tensor]] = []
         self._rng_state: list[int] | None = None
+        self._device_generator_state: torch.Tensor | None = None
         self._device_optimizer: torch.optim.Optimizer | None = None
         if training:
             # Like poptorch, which swaps the model's class (python/_poplar_executor.py:326-383), a model stays wrapped
             # until the destroy() of a compiled training wrapper unwraps it, even after that wrapper is collected.
             _training_wrapped[model] = weakref.ref(self)
+            self._parameter_type = _wrap_parameters(model, weakref.ref(self))
         weakref.finalize(self, device.release, id(self))
 
     # -- introspection -----------------------------------------------------------------------------------------
@@ -266,6 +307,35 @@ class PoplarExecutor:
             for name in names:
                 self._device_state[name].copy_(buffers[name])
 
+    def _seed_device_generator(self) -> None:
+        """At every attach, the device generator restarts from the cached state: ``[randomSeed]`` until one is set.
+
+        poptorch caches ``[options.random_seed]`` (``_poplar_executor.py:224-226``) and copies the cached state to the
+        device in ``_on_device_attach`` (``:431-432``). The emulated device then draws from a generator of its own,
+        which leaves the host's alone; without a seed it draws from torch's.
+        """
+        if self._rng_state is not None:
+            seed = self._rng_state[0]
+        elif self._options.exists("random_seed"):
+            seed = self._options.random_seed
+        else:
+            return
+        self._device_generator_state = torch.Generator().manual_seed(int(seed)).get_state()
+
+    @contextlib.contextmanager
+    def _device_generator(self) -> Iterator[None]:
+        """Random operations of the program draw from the device's generator, when it has one."""
+        if self._device_generator_state is None:
+            yield
+            return
+        host = torch.random.get_rng_state()
+        torch.random.set_rng_state(self._device_generator_state)
+        try:
+            yield
+        finally:
+            self._device_generator_state = torch.random.get_rng_state()
+            torch.random.set_rng_state(host)
+
     @property
     def rng_state(self) -> list[int]:
         """The seed and state of the device's random generator (the emulator's is torch's: ``[seed]``)."""
@@ -279,8 +349,8 @@ class PoplarExecutor:
         if not self.isCompiled():
             raise Error(NO_EXECUTABLE_ERR)
         self._rng_state = list(state)
-        # The emulated device draws from torch's generator: seed it with the state's seed.
-        torch.manual_seed(int(state[0]))
+        if self.isAttachedToDevice():
+            self._seed_device_generator()
 
     getAnchoredTensor = left_out("poptorch.PoplarExecutor.getAnchoredTensor")
     save = left_out("poptorch.PoplarExecutor.save")
@@ -375,7 +445,6 @@ class PoplarExecutor:
                 source = self._device_state.get(name)
                 if source is not None:
                     tensor.copy_(source)
-        self._host_weights_version += 1
         if isinstance(self._optimizer, PoptorchOptimizer) and self._device_optimizer is not None:
             # poptorch reads the device's optimizer state into ipu_state (readOptimizerState, poptorch.cpp:960-990).
             self._optimizer._state_dict = to_ipu_state(
@@ -385,18 +454,26 @@ class PoplarExecutor:
             self._optimizer.host_state_is_dirty = False
 
     def copyWeightsToHostIfNeeded(self) -> bool:
-        """Whether the host weights were behind the device's and have been copied: always ``False`` here.
+        """Copy the device weights to the host if a training call changed them since the last copy (``True`` then).
 
-        poptorch copies a training model's weights to the host lazily, when the host model is read; the emulator
-        copies them after every call, so the host is never behind.
+        As poptorch (``_poplar_executor.py:543-553``): a training call marks the host weights dirty (``:1286-1287``)
+        and reading any attribute of a parameter of the wrapped model (``.grad``, ``.shape``, ``.data``) calls this.
+        The emulator has the values on the host already (it copies after every call); what it keeps as poptorch does
+        is when a copy happens, which ``_host_weights_version`` counts.
         """
+        if self._dirty_host_weights:
+            log.debug("Implicit copyWeightsToHost()")
+            self.copyWeightsToHost()
+            return True
         return False
 
     def copyWeightsToHost(self) -> None:
-        """Copy the device weights to the host model."""
+        """Copy the device weights to the host model (one more host-weights version, ``:555-573``)."""
         if not self.isCompiled():
             raise Error(NO_EXECUTABLE_ERR)
+        self._dirty_host_weights = False
         self._download()
+        self._host_weights_version += 1
 
     def copyWeightsToDevice(self) -> None:
         """Copy the host weights to the device."""
@@ -516,7 +593,14 @@ class PoplarExecutor:
         if isinstance(optimizer, PoptorchOptimizer):
             if optimizer.has_state():
                 optimizer.ipu_state_is_dirty = True
-            self._write_optimizer_state_if_needed()
+                self._write_optimizer_state_if_needed()
+            else:
+                # Attached without a state to write: state_dict() reads the device's (_on_device_attach,
+                # _poplar_executor.py:421-430). torch creates its state at the first step, so ipu_state is empty
+                # until then; PopART's holds the initial values.
+                optimizer._state_dict = to_ipu_state(optimizer, device_optimizer, self._named_device_params())
+                optimizer.ipu_state_is_dirty = False
+                optimizer.host_state_is_dirty = False
         else:
             self._copy_optimizer_state(optimizer, device_optimizer)
 
@@ -564,12 +648,16 @@ class PoplarExecutor:
         """Attach to the IPUs again after :meth:`detachFromDevice`; pushes weights and optimizer state."""
         if not self.isCompiled():
             raise Error(NO_EXECUTABLE_ERR)
+        assert self._options.connection_type != ConnectionType.Never, (
+            "Trying to attach to an offline device (ConnectionType.Never)"
+        )
         if self._is_attached:
             raise Error("Device is already attached")
         assert self._executable is not None
         device.acquire(id(self), self._executable.num_ipus)
         self._is_attached = True
         self._upload()
+        self._seed_device_generator()
 
     def detachFromDevice(self) -> None:
         """Release the IPUs (other models can use them); the host weights are current (poptorch 3.4 line 1565)."""
@@ -597,6 +685,9 @@ class PoplarExecutor:
         self._executable = None
         if self._training:
             _training_wrapped.pop(self._user_model, None)
+            for param in self._user_model.parameters():
+                if type(param) is self._parameter_type:
+                    param.__class__ = torch.nn.Parameter
 
     # -- compilation -------------------------------------------------------------------------------------------
 
@@ -685,6 +776,7 @@ class PoplarExecutor:
         self._upload()
         names = {id(self._device_state[name]): name for name, _ in self._model.named_parameters()}
         context = DeviceContext(names, record=True, stages=self._options._execution_strategy.stage_manager())
+        context.training = self._training
         opts = self._options
         # In-place writes to weights and buffers are refused when replicas share broadcast buffers
         # (poptorch/source/LowerToPopartFactories.cpp:41-43, SessionOptions.cpp:468-471).
@@ -719,8 +811,11 @@ class PoplarExecutor:
         num_ipus = device.reserve_count(
             context.used_ipus, self._options.replication_factor, self._options.auto_round_num_ipus
         )
-        device.acquire(id(self), num_ipus)
-        self._is_attached = True
+        # An offline target (ConnectionType.Never) compiles without attaching (CompilerImpl.cpp:670-691).
+        if self._options.connection_type != ConnectionType.Never:
+            device.acquire(id(self), num_ipus)
+            self._is_attached = True
+            self._seed_device_generator()
         self._compiled_optimizer_values = self._optimizer_values
         self._executable = _Compiled(
             self._signature(first_args, first_kwargs),
@@ -804,6 +899,11 @@ class PoplarExecutor:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run one host call: ``device_iterations`` iterations over the micro-batches in ``args``."""
+        # An assert in poptorch 3.4 (_poplar_executor.py:1232-1235).
+        assert self._options.connection_type != ConnectionType.Never, (
+            "Trying to run a model on an offline device (ConnectionType.Never): use model.compile(inputs) instead of "
+            "model(inputs)"
+        )
         if not self.isCompiled():
             self.compile(*args, **kwargs)
         split, spec = self._micro_batches(args, kwargs)
@@ -816,9 +916,14 @@ class PoplarExecutor:
         inputs = [leaf for leaf in split if isinstance(leaf, torch.Tensor)]
         if self._training:
             self._write_optimizer_state_if_needed()
-        outputs = self._run_training(inputs) if self._training else self._run_inference(inputs)
+        with self._device_generator():
+            outputs = self._run_training(inputs) if self._training else self._run_inference(inputs)
         if self._training:
+            # The host copy follows now (the emulator's eager copy, not counted) and is marked dirty as poptorch
+            # marks it: the next read of a parameter counts one copy to the host.
+            self._dirty_host_weights = False
             self._download()
+            self._dirty_host_weights = True
         return self._gather(outputs)
 
     def _follow_training_weights(self) -> None:
@@ -841,17 +946,28 @@ class PoplarExecutor:
         states = [[self._device_state[name] for name in names]]
         states += [[own.get(name, self._device_state[name]) for name in names] for own in self._replica_buffers]
         micro_batches = [leaf.unbind(0) for leaf in inputs]
+        opts = self._options
+        replicas = opts.replication_factor
+        # With inputReplicaGrouping, the replicas of a group take the same micro-batch: a host call holds
+        # replicas / input_group_size of them per step (options.py:1474-1506; CommGroupType's groups, enums.py:234-256).
+        groups = replicas // opts.input_group_size
+        consecutive = opts.input_cgt != CommGroupType.Orthogonal
 
         def run(index: int) -> tuple[Any, torch.Tensor | None]:
-            # Micro-batches are laid out [device_iterations][gradient_accumulation][replicas].
-            return program.run(states[index % len(states)], [leaf[index] for leaf in micro_batches])
+            # Runs are laid out [device_iterations][gradient_accumulation][replicas], micro-batches
+            # [device_iterations][gradient_accumulation][input groups].
+            step, replica = divmod(index, replicas)
+            group = replica // opts.input_group_size if consecutive else replica % groups
+            micro_batch = step * groups + group
+            return program.run(states[replica % len(states)], [leaf[micro_batch] for leaf in micro_batches])
 
         return run
 
     def _run_inference(self, inputs: list[torch.Tensor]) -> list[Any]:
         run = self._runner(inputs)
         with torch.no_grad():
-            return [run(index)[0] for index in range(self._batch_factor)]
+            runs = self._options.device_iterations * self._options.replication_factor
+            return [run(index)[0] for index in range(runs)]
 
     def _run_training(self, inputs: list[torch.Tensor]) -> list[Any]:
         opts = self._options

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import Error
+from .errors import Error, RecoverableError, UnrecoverableError
 
-__all__ = ["LEFT_OUT", "left_out"]
+__all__ = ["LEFT_OUT", "left_out", "poptorch_core"]
 
 _EXECUTABLES = "the emulator compiles no Poplar executable to save, load or export"
 _COUNTERS = "it reads the IPU's hardware cycle and latency counters, which the emulator has none of"
 _CUSTOM = "custom PopART operators and host callbacks run code the emulator cannot load"
-_CONTROL = "on-device control flow is traced into Poplar programs; the emulator runs traced ATen graphs only"
 _INTERNAL = "it is poptorch's C++ binding (poptorch_core), which the emulator does not have"
 
 LEFT_OUT: dict[str, str] = {
@@ -38,9 +37,6 @@ LEFT_OUT: dict[str, str] = {
     "poptorch.ctc_beam_search_decoder": "a PopLibs operator without a PyTorch counterpart",
     "poptorch.fps": "a PopTorch Geometric operator without a PyTorch counterpart",
     "poptorch.nearest": "a PopTorch Geometric operator without a PyTorch counterpart",
-    "poptorch.cond": _CONTROL,
-    "poptorch.registerCustomArgParser": "the emulator takes tensors in tuples, lists and dicts only",
-    "poptorch.registerGeometricCustomArgParsers": "the emulator takes tensors in tuples, lists and dicts only",
     "poptorch.accessAttributes": _INTERNAL,
     "poptorch.getIpuTensorId": _INTERNAL,
     "poptorch.importPoptorchMetadataFromFile": _INTERNAL,
@@ -73,3 +69,21 @@ class _LeftOut:
 def left_out(name: str) -> Any:
     """The stand-in for ``name`` (a key of :data:`LEFT_OUT`)."""
     return _LeftOut(name)
+
+
+class _PoptorchCore(_LeftOut):
+    """``poptorch.poptorch_core``: its error classes, which are ``poptorch``'s (poptorch 3.4 ``python/__init__.py:41``).
+
+    Every other name of the C++ binding raises ``poptorch.Error`` saying it is not emulated.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("poptorch.poptorch_core")
+        self.Error = Error
+        self.RecoverableError = RecoverableError
+        self.UnrecoverableError = UnrecoverableError
+
+
+def poptorch_core() -> Any:
+    """The stand-in for ``poptorch.poptorch_core``."""
+    return _PoptorchCore()

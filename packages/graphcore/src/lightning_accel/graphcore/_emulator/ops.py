@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from lightning_accel.core.pycompat import strict_zip
+
 from .enums import MatMulSerializationMode, OverlapMode
 from .errors import Error
 from .structures import flatten, unflatten
@@ -21,6 +23,7 @@ from .tracing import current_context
 __all__ = [
     "ATTR_PREFIX",
     "attributes_lists",
+    "cond",
     "createPoptorchError",
     "dynamic_slice",
     "dynamic_update",
@@ -56,8 +59,8 @@ def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
         >>> identity_loss(torch.tensor([1.0, 3.0]), reduction="mean")
         tensor(2.)
     """
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"identity_loss(reduction={reduction!r}) is not accepted: use one of {_REDUCTIONS}.")
+    # An assert in poptorch 3.4 (ops.py:1041-1047).
+    assert reduction in _REDUCTIONS, "Unsupported reduction type!"
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"identity_loss takes a tensor, got {type(x).__name__}.")
     out = x.sum() if reduction == "sum" else x.mean() if reduction == "mean" else x * 1
@@ -126,10 +129,18 @@ def ipu_print_tensor(
     return tensor * 1
 
 
+def _all_tensors(values: Any) -> None:
+    for value in values:
+        if not isinstance(value, torch.Tensor):
+            raise ValueError("All inputs must be tensors")  # poptorch 3.4 ops.py:375-377
+
+
 def recomputationCheckpoint(*tensors: torch.Tensor) -> Any:
     """Mark a recomputation checkpoint in a pipelined model (scheduling only)."""
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        _all_tensors(tensors[0])
         return type(tensors[0])(t * 1 for t in tensors[0])
+    _all_tensors(tensors)
     out = tuple(t * 1 for t in tensors)
     return out[0] if len(out) == 1 else out
 
@@ -138,8 +149,10 @@ def serializedMatMul(
     lhs: torch.Tensor, rhs: torch.Tensor, mode: MatMulSerializationMode, factor: int = 0, keep_precision: bool = False
 ) -> torch.Tensor:
     """``lhs @ rhs``, computed by Poplar in ``factor`` slices along the dimension ``mode`` names (memory only)."""
-    if not isinstance(mode, MatMulSerializationMode):
-        raise createPoptorchError(f"serializedMatMul: mode must be a poptorch.MatMulSerializationMode, got {mode!r}.")
+    # Asserts in poptorch 3.4 (ops.py:416-418).
+    assert isinstance(keep_precision, bool)
+    assert isinstance(factor, int)
+    assert isinstance(mode, MatMulSerializationMode)
     return torch.matmul(lhs, rhs)
 
 
@@ -200,6 +213,7 @@ def for_loop(count: int, body: Callable[..., Any], inputs: list[torch.Tensor]) -
     """
     if not isinstance(inputs, list) or not all(isinstance(t, torch.Tensor) for t in inputs):
         raise ValueError("poptorch.for_loop expects input tensors (inputs) to be a list of tensors.")
+    _refuse_in_training("poptorch.for_loop()")
     values = [t.clone() for t in inputs]
     for _ in range(count):
         outputs = body(*values)
@@ -207,8 +221,55 @@ def for_loop(count: int, body: Callable[..., Any], inputs: list[torch.Tensor]) -
     return values
 
 
+def _refuse_in_training(name: str) -> None:
+    # popart_compiler/source/Compiler.cpp:1487-1488, 1537-1538: device control flow in inference only.
+    context = current_context()
+    if context is not None and context.training:
+        raise Error(f"{name} is only supported in inference.")
+
+
+def cond(
+    condition: torch.Tensor,
+    then_body: Callable[..., Any],
+    then_inps: list[torch.Tensor],
+    else_body: Callable[..., Any],
+    else_inps: list[torch.Tensor],
+) -> list[torch.Tensor]:
+    """An if/else decided by ``condition``'s value each time the program runs (poptorch 3.4 ``ops.py:201-276``).
+
+    On the host the chosen body runs. On the (emulated) IPU both bodies run on copies of their inputs and each output
+    is taken from the branch ``condition`` selects, so the choice follows the value of every micro-batch, as on the
+    device, where the compiled program holds both branches.
+
+    Example:
+        >>> cond(torch.tensor(True), lambda x: x + 1, [torch.ones(1)], lambda x: x - 1, [torch.ones(1)])[0].tolist()
+        [2.0]
+    """
+    if not isinstance(then_inps, list) or not isinstance(else_inps, list):
+        raise ValueError(
+            "poptorch.cond expects then_inps and else_inps tensors to be a list of tensors. (Object is not list)"
+        )
+    if not isRunningOnIpu():
+        result = then_body(*then_inps) if condition else else_body(*else_inps)
+        return [result] if isinstance(result, torch.Tensor) else [*result]
+    _refuse_in_training("poptorch.cond()")
+    chosen = condition.clone().bool()
+    outputs_then = then_body(*[t.clone() if isinstance(t, torch.Tensor) else t for t in then_inps])
+    if not isinstance(outputs_then, (list, tuple)):
+        outputs_then = [outputs_then]
+    outputs_else = else_body(*[t.clone() if isinstance(t, torch.Tensor) else t for t in else_inps])
+    if not isinstance(outputs_else, (list, tuple)):
+        outputs_else = [outputs_else]
+    if len(outputs_then) != len(outputs_else):
+        raise Error(
+            "poptorch.cond: then_body and else_body must return the same number of outputs (then_body returned "
+            f"{len(outputs_then)}, else_body {len(outputs_else)})."
+        )
+    return [torch.where(chosen, then, other) for then, other in strict_zip(outputs_then, outputs_else)]
+
+
 def flattenTensorStructure(tensors: Any, canonical_structure: Any = None) -> list[torch.Tensor]:
-    """The tensors in a nest of tuples, lists and dicts, in order."""
+    """The tensors in a nest of tuples, lists, dicts and custom types (their registered parsers), in order."""
     return [leaf for leaf in flatten(tensors)[0] if isinstance(leaf, torch.Tensor)]
 
 

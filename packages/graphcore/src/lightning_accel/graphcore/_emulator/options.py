@@ -131,6 +131,9 @@ class OptionsDict:
     def __setattr__(self, option: str, value: Any) -> None:
         self.checkIsFrozen(option)
         if option.startswith("_"):
+            # A private attribute is declared before _values (_options_impl.py:146-154).
+            if "_values" in self.__dict__ and option not in self.__dict__:
+                raise AttributeError(f"Invalid private attribute {option}. Valid attributes: {list(self.__dict__)}")
             object.__setattr__(self, option, value)
         else:
             self.set(**{option: value})
@@ -238,7 +241,8 @@ class _PrecisionOptions(OptionsDict):
         elif dtype in (torch.half, torch.float16):
             name = "half"
         else:
-            raise ValueError("parameter to setPartialsType should be either torch.float or torch.half")
+            # poptorch's text, without a space between "either" and "torch" (options.py:187-188)
+            raise ValueError("parameter to setPartialsType should be eithertorch.float or torch.half")
         self._popart_options.set("partialsTypeMatMuls", name)
         self._popart_options.set("convolutionOptions", {"partialsType": name})
         return self

@@ -27,7 +27,13 @@ from lightning_accel.core.pycompat import strict_zip
 from .errors import Error
 from .structures import flatten, unflatten
 
-__all__ = ["Program", "trace"]
+__all__ = ["ITEM_ERR", "Program", "trace"]
+
+ITEM_ERR = (
+    "aten::item is only supported in eager mode, but was intercepted in a static graph. This means an IPU to CPU copy "
+    "was triggered before the end of the graph, for example by calling tensor.item(). Please ensure that any such "
+    "copies are removed."
+)
 
 
 class Program:
@@ -80,8 +86,8 @@ def trace(
     ``call`` returns the model's output and the loss (``None`` for inference).
 
     Raises:
-        Error: When the model's Python reads a value out of a device tensor (``.item()``, ``if tensor:``), which a
-            compiled graph cannot do.
+        Error: When the model's Python reads a value out of a device tensor (``.item()``, ``if tensor:``), with
+            poptorch's text; a compiled graph cannot do it.
     """
     tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
     fixed = {i: leaf for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)}
@@ -104,15 +110,18 @@ def trace(
             results.append(loss)
         return results
 
+    # poptorch turns torch.distributions' argument checks off while it traces: they read a value out of an IPU tensor
+    # (python/_poplar_executor.py:83-92).
+    validate_args = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)
     try:
         graph = make_fx(traced)(state, *(leaves[i] for i in tensor_slots))
     except RuntimeError as err:
         if "_local_scalar_dense" in str(err) or "value out of a tracing tensor" in str(err):
-            raise Error(
-                "The model reads a value out of a tensor on the IPU (.item(), bool(tensor), an `if` on a tensor, or "
-                "a Python number built from one): the model's Python runs once, when it is compiled, so such a value "
-                "cannot change from one call to the next. Keep the computation in tensors (torch.where instead of "
-                "`if`), or compute the value on the host."
-            ) from err
+            # poptorch's aten::item (poptorch/source/dispatch_tracer/RegisterAtenOverloads.cpp:508-512), which
+            # bool(tensor), int(tensor) and `if tensor:` call too.
+            raise Error(ITEM_ERR) from err
         raise
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(validate_args)
     return Program(graph, shape["spec"], shape["tensors"], shape["constants"], with_loss=shape["loss"])

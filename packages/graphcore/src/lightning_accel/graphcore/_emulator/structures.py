@@ -1,4 +1,10 @@
-"""Flattening nested inputs and outputs (tuples, lists, dicts) into tensor leaves and back."""
+"""Flattening nested inputs and outputs (tuples, lists, dicts, custom types) into tensor leaves and back.
+
+As poptorch 3.4 does (``python/_utils.py:67-130``): a type with a parser registered by
+``poptorch.registerCustomArgParser`` (its class or a base class) yields its tensors through that parser and is rebuilt
+by it; a namedtuple (``_fields`` and ``_asdict``) is rebuilt from its fields, and any other tuple or list, such as
+``torch.return_types.max``, from one iterable of its items.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,33 @@ from typing import Any
 
 import torch
 
-__all__ = ["flatten", "map_tensors", "unflatten"]
+__all__ = ["custom_arg_parsers", "flatten", "get_custom_parser", "map_tensors", "unflatten"]
+
+# Parsers registered with poptorch.registerCustomArgParser, by type (poptorch's _utils.custom_arg_parsers).
+custom_arg_parsers: dict[type, Any] = {}
+
+
+def get_custom_parser(value: Any) -> Any:
+    """The parser registered for ``value``'s type, else for one of its base types, else ``None``."""
+    if not custom_arg_parsers:
+        return None
+    parser = custom_arg_parsers.get(type(value))
+    if parser is not None:
+        return parser
+    for kind, candidate in custom_arg_parsers.items():
+        if isinstance(value, kind):
+            return candidate
+    return None
+
+
+class _Custom:
+    """The spec of a value a custom parser flattens: the parser and the original value."""
+
+    __slots__ = ("original", "parser")
+
+    def __init__(self, parser: Any, original: Any) -> None:
+        self.parser = parser
+        self.original = original
 
 
 def flatten(data: Any) -> tuple[list[Any], Any]:
@@ -15,6 +47,10 @@ def flatten(data: Any) -> tuple[list[Any], Any]:
     leaves: list[Any] = []
 
     def walk(node: Any) -> Any:
+        parser = get_custom_parser(node)
+        if parser is not None:
+            leaves.extend(parser.yieldTensors(node))
+            return _Custom(parser, node)
         if isinstance(node, (tuple, list)):
             return (type(node), [walk(item) for item in node])
         if isinstance(node, dict):
@@ -32,14 +68,19 @@ def unflatten(leaves: list[Any], spec: Any) -> Any:
     def build(node: Any) -> Any:
         if node is None:
             return next(iterator)
+        if isinstance(node, _Custom):
+            return node.parser.reconstruct(node.original, iterator)
         kind, children = node
         if issubclass(kind, dict):
             return kind((key, build(child)) for key, child in children)
         items = [build(child) for child in children]
         if kind is tuple or kind is list:
             return kind(items)
-        # namedtuples take their fields positionally
-        return kind(*items)
+        if hasattr(kind, "_fields") and hasattr(kind, "_asdict"):
+            # namedtuples take their fields positionally
+            return kind(*items)
+        # torch.return_types and other structure sequences, tuple and list subclasses: one iterable
+        return kind(items)
 
     return build(spec)
 

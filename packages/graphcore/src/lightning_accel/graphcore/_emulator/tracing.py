@@ -89,6 +89,8 @@ class DeviceContext:
         self.operators: dict[int, Counter[str]] = {}
         self.parameters: dict[int, set[str]] = {}
         self.losses: list[torch.Tensor] = []
+        # Whether a training executor compiles the model (for_loop and cond are for inference only).
+        self.training = False
 
     def start_block(self, user_id: str | None, ipu_id: int | None) -> None:
         """Everything executed from now on belongs to this block, until the next block starts.
@@ -97,7 +99,14 @@ class DeviceContext:
             AssertionError: As poptorch 3.4 asserts, for a block its execution strategy cannot place (see
                 :mod:`.execution`).
         """
-        if ipu_id is not None and (isinstance(ipu_id, bool) or not isinstance(ipu_id, int) or ipu_id < 0):
+        if ipu_id is not None and not isinstance(ipu_id, int):
+            # poptorch passes the IPU to its operator begin_ipu_block(int stage_id, int phase_id, int ipu_id)
+            # (_options_impl.py:251, RegisterAtenOverloads.cpp:888), whose schema refuses anything else.
+            raise RuntimeError(
+                "poptorch::begin_ipu_block() Expected a value of type 'int' for argument 'ipu_id' but instead found "
+                f"type '{type(ipu_id).__name__}'."
+            )
+        if ipu_id is not None and ipu_id < 0:
             raise TypeError(f"ipu_id must be a non-negative int or None, got {ipu_id!r}.")
         if self._stages is None:
             from .execution import PipelinedExecution
