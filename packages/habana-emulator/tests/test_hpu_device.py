@@ -321,28 +321,40 @@ def test_tensor_split_takes_host_indices_as_on_every_device() -> None:
 # torch's own notice when a CSR tensor is made (on the host, here): its business, not the device's.
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta:UserWarning")
 @isolated
-def test_sparse_layouts_are_refused_as_on_gaudi() -> None:
-    dense = torch.eye(3, device="hpu")
-    # The C++ device has no sparse kernels (nor has Gaudi): torch refuses (the message is not the SDK's yet).
-    with pytest.raises((NotImplementedError, RuntimeError)):
-        dense.to_sparse()
-    with pytest.raises((NotImplementedError, RuntimeError)):
+def test_sparse_layouts_are_refused_with_the_dense_alternative() -> None:
+    refusal = "the emulated HPU has no sparse tensors"
+    with pytest.raises(NotImplementedError, match=f"aten::_to_sparse: {refusal}"):
+        torch.eye(3, device="hpu").to_sparse()
+    with pytest.raises(NotImplementedError, match=refusal):
+        torch.eye(3).to_sparse().to("hpu")
+    # Embedding(sparse=True) makes a sparse gradient in the backward pass: refused there, with the fix, not a crash.
+    embedding = torch.nn.Embedding(10, 3, sparse=True).to("hpu")
+    with pytest.raises(NotImplementedError, match=r"nn\.Embedding\(\.\.\., sparse=False\)"):
+        embedding(torch.tensor([1, 2], device="hpu")).sum().backward()
+    with pytest.raises(NotImplementedError):
         torch.eye(3).to_sparse_csr().to("hpu")
 
 
-@pytest.mark.skip(reason="the C++ device crashes (segmentation fault) on sgn / hfft / sparse backward: PORT-STATUS.md")
 @isolated
-def test_an_error_in_a_backward_pass_is_raised_not_fatal() -> None:
-    # Not yet: sparse gradients (Embedding(sparse=True)) crash the C++ device in the backward pass (a segmentation
-    # fault in its fallback, which has no sparse refusal yet; PORT-STATUS.md lists it).
-    # Autograd's zero gradients (sgn of a real tensor) work in backward as on the CPU.
+def test_zero_gradients_and_conjugate_views_work_as_on_the_host() -> None:
     grads = {}
     for device in ("hpu", "cpu"):
+        # sgn of a real tensor has autograd's memoryless zero gradient (a ZeroTensor).
         x = torch.linspace(-1, 1, 5, device=device, requires_grad=True)
-        # Not yet: hfft's backward (conjugate views) crashes the C++ device; PORT-STATUS.md lists it.
         torch.sgn(x).sum().backward()
-        grads[device] = x.grad.cpu()
+        # hfft's backward goes through conjugate views.
+        z = torch.arange(6.0, device=device).to(torch.complex64).requires_grad_()
+        torch.fft.hfft(z).pow(2).sum().backward()
+        grads[device] = (x.grad.cpu(), z.grad.cpu())
     torch.testing.assert_close(grads["hpu"], grads["cpu"])
+    host = torch.tensor([1 + 2j, -3j], dtype=torch.complex64)
+    on_hpu = host.to("hpu")
+    assert torch.equal(on_hpu.conj().cpu(), host.conj())
+    assert torch.equal(on_hpu.conj().resolve_conj().cpu(), host.conj())
+    assert torch.equal(on_hpu.conj().imag.neg().cpu(), host.imag)
+    into_conj_view = torch.zeros(2, dtype=torch.complex64).conj()
+    into_conj_view.copy_(on_hpu)
+    assert torch.equal(into_conj_view.resolve_conj(), host)
 
 
 @isolated

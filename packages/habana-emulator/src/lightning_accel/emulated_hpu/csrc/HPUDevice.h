@@ -12,6 +12,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <string>
 
 namespace lightning_accel::hpu {
 
@@ -70,5 +71,9 @@ void to_internal_dtype(const at::Tensor& hpu_tensor);
 // --- aten/Fallback.cpp -----------------------------------------------------------------------------------------
 // Sends the operators that have both a CPU kernel and a generic one to the CPU kernel (called once, at load).
 void route_to_backing_kernels();
+
+// --- aten/Sparse.cpp -------------------------------------------------------------------------------------------
+// Raises NotImplementedError: `op_name` would make or take a sparse HPU tensor, and the device has dense kernels only.
+[[noreturn]] void refuse_sparse(const std::string& op_name);
 
 }  // namespace lightning_accel::hpu

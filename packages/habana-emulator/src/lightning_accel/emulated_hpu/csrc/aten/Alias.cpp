@@ -21,6 +21,12 @@ void copy_bits(const at::Tensor& from, const at::Tensor& to) {
   }
 }
 
+// Autograd's zero gradients (at::_efficientzerotensor) have no memory: their ZeroTensor key is what says so, and a
+// tensor gets it only when made.
+c10::DispatchKeySet hpu_keys_like(const at::Tensor& backing_tensor) {
+  return backing_tensor._is_zerotensor() ? kHPUKeys.add(c10::DispatchKey::ZeroTensor) : kHPUKeys;
+}
+
 }  // namespace
 
 at::Tensor backing_alias(const at::Tensor& hpu_tensor, bool resizable) {
@@ -53,7 +59,8 @@ at::Tensor adopt(const at::Tensor& backing_tensor) {
   c10::DataPtr backing(data, keep, &release_backing_storage, c10::Device(c10::DeviceType::CPU));
   c10::Storage hpu_storage(c10::Storage::use_byte_size_t(), nbytes, wrap_backing(std::move(backing), nbytes),
                            allocator(), /*resizable=*/true);
-  auto result = at::detail::make_tensor<c10::TensorImpl>(std::move(hpu_storage), kHPUKeys, backing_tensor.dtype());
+  auto result = at::detail::make_tensor<c10::TensorImpl>(std::move(hpu_storage), hpu_keys_like(backing_tensor),
+                                                          backing_tensor.dtype());
   result.unsafeGetTensorImpl()->set_sizes_and_strides(backing_tensor.sizes(), backing_tensor.strides(),
                                                       backing_tensor.storage_offset());
   copy_bits(backing_tensor, result);
@@ -62,7 +69,8 @@ at::Tensor adopt(const at::Tensor& backing_tensor) {
 
 at::Tensor hpu_view_like(const at::Tensor& base, const at::Tensor& backing_view) {
   // The storage constructor, not TensorImpl::VIEW's: that one keeps the key set as given, without the autograd keys.
-  auto result = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()), kHPUKeys, backing_view.dtype());
+  auto result = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()), hpu_keys_like(backing_view),
+                                                          backing_view.dtype());
   result.unsafeGetTensorImpl()->set_sizes_and_strides(backing_view.sizes(), backing_view.strides(),
                                                       backing_view.storage_offset());
   copy_bits(backing_view, result);

@@ -198,6 +198,9 @@ class Call {
     if (!result.defined() || result.device().type() != c10::DeviceType::CPU) {
       return result;
     }
+    if (result.layout() != c10::kStrided) {
+      refuse_sparse(plan_.name);
+    }
     for (const auto& swap : swaps_) {
       if (result.unsafeGetTensorImpl() == swap.alias.unsafeGetTensorImpl()) {
         return swap.hpu;

@@ -99,4 +99,18 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("_fused_sdp_choice", fused_sdp_choice);
 }
 
+// torch copies to and from a device it does not know (HPU among them) through `_copy_from`. A conjugate or negative
+// view reaching it would go to torch's math-bit fallback, which resolves the bit with a clone, which copies through
+// `_copy_from` again, without end. The HPU's `_copy_from` runs the backing device's copy, which applies both bits
+// itself, so the bits let it through instead.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
 }  // namespace lightning_accel::hpu
