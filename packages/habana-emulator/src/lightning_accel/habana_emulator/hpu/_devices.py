@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from .._backing import backing_type, emulated_device_count
+from .._backing import emulated_device_count
 from .._generation import device_name
 
 __all__ = [
@@ -149,15 +149,11 @@ def set_device(device: int | str | torch.device) -> None:
         # As the SDK's set_device (habana_frameworks/torch/hpu/__init__.py, gaudi-pytorch-bridge 1.19.0): the index
         # names a module of HABANA_VISIBLE_MODULES, which HLS_MODULE_ID pins for the runtime.
         os.environ[HLS_MODULE_ID_VAR] = [part.strip() for part in visible.split(",") if part.strip()][index]
-    if backing_type() == "cuda":
-        torch.cuda.set_device(index % torch.cuda.device_count())
 
 
 def synchronize() -> None:
-    """Wait for queued work on the backing device; CPU work is already complete when an op returns."""
+    """Wait for queued HPU work; the emulated device runs each kernel when it is issued, so none is queued."""
     _lazy_init("hpu.synchronize()")
-    if backing_type() == "cuda":
-        torch.cuda.synchronize()
 
 
 def _index_of(device: int | str | torch.device) -> int:

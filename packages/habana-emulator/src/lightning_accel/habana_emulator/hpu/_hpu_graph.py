@@ -6,21 +6,18 @@ the captured outputs hold real values afterwards. Inputs and outputs are static 
 captured inputs, call ``replay()``, read the captured outputs, which are refreshed in place. The Python control flow
 of the capture is frozen.
 
-On the CPU backing a capture runs the work through the ``"hpu"`` device as usual and keeps its ATen operations as a
-program over the backing tensors (see ``_recorder`` and ``_program``): a replay runs that program on the captured
-memory at the backing device's speed, without the device's per-operation Python dispatch. On the CUDA backing it is
-a :class:`torch.cuda.CUDAGraph`, replayed once at the end of the capture so that capturing executes the work as on
-Gaudi. Graphs and ``torch.compile`` cannot be combined, as on Gaudi (:func:`refuse_compiled`).
+A capture runs the work through the ``"hpu"`` device as usual and keeps its ATen operations as a program over host
+views of the captured memory (see ``_recorder`` and ``_program``): a replay runs that program on the same memory,
+without dispatching through the device. Graphs and ``torch.compile`` cannot be combined, as on Gaudi
+(:func:`refuse_compiled`).
 """
 
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any
 
 import torch
 
-from .._backing import backing_type
 from ._recorder import Recorder, Recording
 
 __all__ = ["HPUGraph", "graph", "is_current_stream_capturing", "refuse_compiled"]
@@ -66,14 +63,12 @@ class HPUGraph:
     def __init__(self) -> None:
         self._recorder: Recorder | None = None
         self._recording: Recording | None = None
-        self._cuda_graph: Any = None
-        self._cuda_stream_context: Any = None
         self._inference = False
 
     @property
     def captured(self) -> bool:
         """Emulator only: whether a capture has ended and the graph can be replayed."""
-        return self._recording is not None or (self._cuda_graph is not None and self._cuda_stream_context is None)
+        return self._recording is not None
 
     def capture_begin(self, dry_run: bool = False) -> None:
         """Begin capturing HPU work.
@@ -94,16 +89,8 @@ class HPUGraph:
             raise RuntimeError(_COMPILE_CONFLICT)
         self.reset()
         self._inference = torch.is_inference_mode_enabled()
-        if backing_type() == "cuda":
-            self._cuda_graph = torch.cuda.CUDAGraph()
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            self._cuda_stream_context = torch.cuda.stream(side)
-            self._cuda_stream_context.__enter__()
-            self._cuda_graph.capture_begin()
-        else:
-            self._recorder = Recorder()
-            self._recorder.__enter__()
+        self._recorder = Recorder()
+        self._recorder.__enter__()
         _capturing = self
 
     def capture_end(self) -> None:
@@ -116,13 +103,6 @@ class HPUGraph:
         if _capturing is not self:
             raise RuntimeError("capture_end() was called on an HPUGraph that is not capturing; call capture_begin().")
         _capturing = None
-        if self._cuda_graph is not None:
-            self._cuda_graph.capture_end()
-            context, self._cuda_stream_context = self._cuda_stream_context, None
-            context.__exit__(None, None, None)
-            # A CUDA capture only records; on Gaudi the capture also runs the work, so run it once.
-            self._cuda_graph.replay()
-            return
         assert self._recorder is not None
         recorder, self._recorder = self._recorder, None
         recorder.__exit__(None, None, None)
@@ -148,9 +128,7 @@ class HPUGraph:
         from ..core import mark_step  # the core imports this module
 
         mark_step()
-        if self._cuda_graph is not None and self._cuda_stream_context is None:
-            self._cuda_graph.replay()
-        elif self._recording is not None:
+        if self._recording is not None:
             self._recording.replay()
 
     def clear_inputs(self) -> None:
@@ -166,7 +144,6 @@ class HPUGraph:
     def reset(self) -> None:
         """Drop the captured graph and the memory it holds."""
         self._recording = None
-        self._cuda_graph = None
 
 
 class graph:
