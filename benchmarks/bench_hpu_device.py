@@ -4,8 +4,8 @@ Two measurements, both in one process with 1 torch thread:
 
 1. Per-operation cost: a small add, a view (``t()``) and a small matmul on "hpu" tensors vs CPU tensors, in
    microseconds per call (best of several repeats). A bare wrapper subclass (one line of ``__torch_dispatch__``, no
-   device rules, no accounting) is timed as well: the part of the cost that is torch's own for any Python tensor
-   subclass, which no implementation of the emulated device can remove.
+   device rules, no accounting) is timed as well: torch's own cost for any Python tensor subclass, the floor of the
+   Python wrapper device the emulated SDK ran on before the C++ device, which does not dispatch into Python.
 2. Training steps of an MLP (3 linear layers, cross-entropy, backward, SGD with momentum), tiny (hidden 256, batch 16)
    and compute-bound (hidden 2048, batch 256), run nine ways:
 
@@ -19,7 +19,7 @@ Two measurements, both in one process with 1 torch thread:
    - ``bare wrapper inductor``: the same under ``torch.compile`` (Inductor) on a traceable version of the bare
      wrapper subclass: what torch costs around a compiled step whose tensors are a Python wrapper subclass
      (AOTAutograd unwraps every input and wraps every output, dynamo guards each input, autograd's seed gradient and
-     ``.grad`` detaches dispatch into Python), the floor of ``hpu_backend`` in this design;
+     ``.grad`` detaches dispatch into Python), the floor of ``hpu_backend`` on the Python wrapper device;
    - ``Trainer.fit cpu`` / ``Trainer.fit hpu``: the same model as a LightningModule under ``Trainer.fit`` with
      ``accelerator="cpu"`` and ``accelerator="hpu"`` (see ``bench_hpu_overhead.fit_steps_per_second``).
 
@@ -316,7 +316,8 @@ def main() -> None:
     lines += [
         "",
         "The bare wrapper subclass is torch's own cost of a Python tensor subclass (dispatch into Python, one",
-        "wrapper per result); the emulated device adds its device rules and the memory accounting on top.",
+        "wrapper per result): the floor of the Python wrapper device the emulated SDK ran on before its C++ device,",
+        "which does not dispatch into Python.",
         "",
         "## Training step: MLP (3 linear layers), cross-entropy, backward, SGD with momentum (steps per CPU second)",
         "",
@@ -350,12 +351,12 @@ def main() -> None:
         "The bare wrapper trains the eager step on the subclass of the first table (unwrap, run, wrap; no device",
         "rules, no accounting): every operation of a device built of Python wrapper tensors crosses into Python and",
         "makes a wrapper per result, so this is about the most eager execution of such a device reaches on this torch.",
-        "Graph replay is not bound by it: a replay runs the captured operations on the backing tensors. hpu_backend",
-        "runs Inductor's code on the backing tensors too, but torch still works on the wrapper tensors around each",
-        "compiled call (AOTAutograd unwraps every input and wraps every output, dynamo guards every input) and in",
-        "autograd outside it (the seed gradient, the detach of each gradient stored in .grad). The bare wrapper under",
-        "Inductor pays exactly that and nothing of the device's: it is the floor of hpu_backend in this design, as the",
-        "bare wrapper is the floor of eager.",
+        "Under Inductor it pays what torch does around each compiled call on wrapper tensors (AOTAutograd unwraps",
+        "every input and wraps every output, dynamo guards every input) and in autograd outside it (the seed",
+        "gradient, the detach of each gradient stored in .grad): the floor of hpu_backend on such a device. The",
+        "emulated hpu is a C++ device, bound by neither floor: its eager operations go through a C++ fallback to the",
+        "CPU's kernels, a graph replay runs the captured operations on host views of the captured memory, and",
+        "hpu_backend's C++ kernels run on the HPU tensors' memory.",
     ]
     (RESULTS / "hpu_device.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -6,8 +6,8 @@ the first and the last training batch of each run (set-up and teardown excluded)
 rounds and their ratio. Two models:
 
 * the digits classifier (hidden 256, batch 32, logging its loss): a step this small is dominated by the emulated
-  device's one Python call per operation, so the plugin's own cost cannot be measured apart from it (target 0.5,
-  the tiny-step target of bench_hpu_device.py);
+  device's cost per operation, so the plugin's own cost cannot be measured apart from it (target 0.5, the tiny-step
+  target of bench_hpu_device.py);
 * the compute-bound MLP of bench_hpu_device.py (hidden 2048, batch 256, SGD with momentum): the operations are large,
   so what the Trainer, the HPU strategy, accelerator and precision plugin add per step shows (target 0.95).
 
@@ -160,9 +160,9 @@ def main() -> None:
         f"| compute-bound MLP (hidden {MLP_HIDDEN}, batch {MLP_BATCH}, {args.mlp_batches} batches) | {mlp_cpu:.2f} | "
         f"{mlp_hpu:.2f} | **{mlp_ratio:.3f}** | >= {MLP_TARGET} ({'met' if mlp_ratio >= MLP_TARGET else 'NOT met'}) |",
         "",
-        "The emulated HPU runs every operation through a Python tensor subclass on the CPU (see hpu_device.md), which "
-        "dominates the digits step; the compute-bound step shows what the plugin and the device add per step when the "
-        "operations themselves take the time.",
+        "The emulated HPU runs every operation through its device's dispatch to the CPU's kernels (see "
+        "hpu_native_device.md), which weighs most on the digits step; the compute-bound step shows what the plugin "
+        "and the device add per step when the operations themselves take the time.",
     ]
     (RESULTS / "hpu_overhead.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

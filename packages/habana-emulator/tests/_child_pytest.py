@@ -1,8 +1,8 @@
 """Run a test module's tests in one child pytest process and report each outcome in the parent.
 
-For tests that change a process for good (installing the emulated ``"hpu"`` device renames torch's PrivateUse1
-backend): the parent's test runs the child once, reads its JUnit report, and passes, skips or fails as the same test
-did in the child (with its failure text).
+For tests that change a process for good (loading the emulated SDK loads the C++ ``"hpu"`` device and registers
+``torch.hpu``, which cannot be undone): the parent's test runs the child once, reads its JUnit report, and passes, skips
+or fails as the same test did in the child (with its failure text).
 """
 
 from __future__ import annotations

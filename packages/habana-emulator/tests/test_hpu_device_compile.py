@@ -1,4 +1,4 @@
-"""``torch.compile`` over tensors of the emulated ``"hpu"`` device (``habana_emulator._device``, ``hpu_backend``).
+"""``torch.compile`` over tensors of the emulated ``"hpu"`` device (``lightning_accel.emulated_hpu``, ``hpu_backend``).
 
 The device cannot be uninstalled from a process, so, as in ``test_hpu_device.py``, these tests run in one child
 pytest process of their own and each test here reports the outcome of the same test in that child.

@@ -1,5 +1,6 @@
 """Each test of the C++ device runs a script in a fresh process: loading a device into torch cannot be undone, and
-the worker's own process has the Python-emulated SDK loaded (``LIGHTNING_ACCEL_EMULATE=hpu`` in the parent conftest)."""
+the worker's own process has the emulated SDK loaded (``LIGHTNING_ACCEL_EMULATE=hpu`` in the parent conftest), while
+these tests check the device alone."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Loads the C++ device alone, in a process of its own, for the tests in this folder.
 
 torch asks a device's Python module (``torch.hpu``) for lazy initialisation before it makes the first tensor; the
-SDK's ``habana_frameworks.torch.hpu`` is that module on Gaudi. Until the emulated SDK runs on the C++ device, a
-minimal stand-in with the SDK's answers for one card is registered here.
+SDK's ``habana_frameworks.torch.hpu`` is that module on Gaudi, and the emulated SDK registers its own. These tests
+check the device without the SDK, so a minimal stand-in with the SDK's answers for one card is registered here.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ home:
   Each Gaudi process drives one card and sees it as ``hpu:0`` (the runtime picks the card from ``HLS_MODULE_ID``), so
   the index is the SDK's ``current_device()``. Lightning passes ``root_device.index`` to FSDP, which makes it a device
   with ``torch.device(index)``: since torch 2.5 (pytorch/pytorch#129119) that is the current accelerator's device,
-  ``hpu:0`` on Gaudi (``at::getAccelerator`` knows ``HPU``) and on the emulator (PrivateUse1). Not yet checked on
-  Gaudi hardware.
+  ``hpu:0`` on Gaudi and on the emulator, whose device is c10's ``HPU`` too (``at::getAccelerator`` knows ``HPU``).
+  Not yet checked on Gaudi hardware.
 """
 
 from __future__ import annotations
