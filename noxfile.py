@@ -209,6 +209,8 @@ def hpu_tests(session: nox.Session) -> None:
 
 # torch's operator database (torch.testing._internal) imports expecttest, which torch does not install.
 OPINFO_TOOLS = ["expecttest"]
+# Real models for hpu_backend (GPT-2 and Llama built from configs in code: nothing is downloaded).
+REAL_MODELS = ["transformers>=4.40"]
 
 
 @nox.session(python=PYTHON)
@@ -219,8 +221,8 @@ def hpu_emulator_tests(session: nox.Session) -> None:
     OpInfo database). Always on the emulator: it is what the tests test, on a Gaudi machine too.
     """
     install_base(session, "habana-emulator")
-    session.install(*OPINFO_TOOLS)  # test_opinfo.py runs a sample of torch's operator database in this session
-    env = {"LIGHTNING_ACCEL_EMULATE": "hpu"}
+    session.install(*OPINFO_TOOLS, *REAL_MODELS)  # a sample of torch's operator database; transformers' models
+    env = {"LIGHTNING_ACCEL_EMULATE": "hpu", "HF_HUB_OFFLINE": "1"}
     session.run("pytest", f"{PACKAGES['habana-emulator']}/tests", *WORKERS, *session.posargs, env=env)
 
 

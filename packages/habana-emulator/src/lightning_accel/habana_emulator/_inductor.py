@@ -32,6 +32,10 @@ CONFIG_PATCHES: dict[str, Any] = {
     # for "hpu" nodes, whose C++ kernels then fail in the reindexing.
     "loop_ordering_after_fusion": False,
     "loop_reindexing_after_fusion": False,
+    # Inductor asks which code generator serves the current device (utils.get_current_backend): "cpu" answers with
+    # cpu_backend and any other device with cuda_backend ("triton"), which sends the C++ kernels' masked loads down
+    # Triton's path. The "hpu" kernels are the CPU's C++ ones.
+    "cuda_backend": "cpp",
 }
 
 _lock = threading.Lock()
