@@ -11,10 +11,10 @@ for the CPU run on it unchanged. What Inductor needs to compile for a device typ
 
 They are registered once, the first time ``hpu_backend`` compiles (not when the SDK loads: these are Inductor's
 registries, and a process that never compiles for the HPU keeps them untouched). The per-compilation settings
-(:data:`CONFIG_PATCHES`) go to each ``hpu_backend`` compilation only, through ``compile_fx``'s ``config_patches``:
-``cpp.simdlen=1`` (scalar C++ loops), as torch 2.13's vectorized C++ code asserts on some factories (``arange``) for a
-device other than ``"cpu"``; and no loop reordering or reindexing after fusion, which Inductor does only for GPU
-kernels. The CPU's own Inductor keeps its settings.
+(:data:`CONFIG_PATCHES`) go to each ``hpu_backend`` compilation only, through ``compile_fx``'s ``config_patches``: the
+C++ code generator as the backend Inductor reports for the device (it reports ``cuda_backend`` for every device but
+the CPU), and no loop reordering or reindexing after fusion, which Inductor does only for GPU kernels. The CPU's own
+Inductor keeps its settings.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ __all__ = ["CONFIG_PATCHES", "register"]
 
 #: What every ``hpu_backend`` compilation sets for itself (see the module docstring).
 CONFIG_PATCHES: dict[str, Any] = {
-    "cpp.simdlen": 1,
     # The scheduler's loop reordering and reindexing after fusion are for GPU kernels: Inductor skips them for nodes
     # of device "cpu" (Scheduler.shared_data_after_reordering_loop, _try_reindex_pointwise_for_reduction), but not
     # for "hpu" nodes, whose C++ kernels then fail in the reindexing.
