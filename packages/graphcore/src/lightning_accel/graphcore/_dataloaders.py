@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sized
+from collections.abc import Iterator, Mapping, Sized
 from types import ModuleType
 from typing import Any
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
+from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from lightning_accel.core.errors import ConfigurationError
 
-__all__ = ["CombinedBatchLoader", "to_poptorch_loader"]
+__all__ = ["CombinedBatchLoader", "OwnedAsyncBatches", "to_poptorch_loader"]
 
 _COPIED = (
     "num_workers",
@@ -100,7 +101,7 @@ def to_poptorch_loader(dataloader: object, options: Any, poptorch: ModuleType, n
         ConfigurationError: For a training set smaller than one host batch.
     """
     if isinstance(dataloader, poptorch.DataLoader):
-        return dataloader
+        return OwnedAsyncBatches(dataloader) if _loads_asynchronously(dataloader) else dataloader
     if not isinstance(dataloader, DataLoader):
         if isinstance(dataloader, Sized) and len(dataloader) == 0:
             return dataloader
@@ -144,3 +145,39 @@ def to_poptorch_loader(dataloader: object, options: Any, poptorch: ModuleType, n
     # Training drops an incomplete last batch (the training model is compiled for one shape); evaluation keeps it
     # and the strategy compiles a second model for it.
     return poptorch.DataLoader(options, dataset, batch_size=batch_size, drop_last=training, **kwargs)
+
+
+def _loads_asynchronously(loader: object) -> bool:
+    """Whether a ``poptorch.DataLoader`` hands out batches from an ``AsynchronousDataAccessor`` (Async modes)."""
+    # poptorch 3.4 keeps the accessor in ``_accessor`` (python/__init__.py, DataLoader.__init__), None for Sync.
+    return getattr(loader, "_accessor", None) is not None
+
+
+class OwnedAsyncBatches:
+    """A user's asynchronous ``poptorch.DataLoader`` whose batches are copied out of poptorch's ring buffer.
+
+    poptorch's ``AsynchronousDataAccessor`` hands out views of a ring of ``buffer_size`` slots and refills a slot as
+    soon as the next batch is requested. Lightning requests batch k+1 before it runs step k whenever the loader has no
+    length (to know which batch is the last), and a ``training_step(dataloader_iter)`` may do the same, so step k
+    would read a later batch's samples. Each batch is therefore copied (its tensors, in lists, tuples, dicts and
+    dataclasses) when it is fetched; everything else is the user's loader, reached through this object.
+    """
+
+    def __init__(self, loader: Any) -> None:
+        object.__setattr__(self, "loader", loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.loader:
+            yield apply_to_collection(batch, torch.Tensor, torch.Tensor.clone)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "loader":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Lightning sets loader attributes (worker_init_fn): they belong to the user's loader.
+        setattr(self.loader, name, value)
