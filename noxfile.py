@@ -45,6 +45,10 @@ nox.options.sessions = [
 os.environ.setdefault("PYTEST_ADDOPTS", "--durations=15")
 
 ROOT = Path(__file__).parent
+# DeepSpeed JIT-builds its CPU Adam on first use (about two minutes on 2 cores), in the DeepSpeed suite and in the
+# selftest of the integration suite: one build folder for the whole run, so it is built once. torch keys the build by
+# Python version and source hash.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".nox" / "_torch_extensions"))
 TORCH = "torch==2.13.0"
 LIGHTNING = "lightning==2.6.6"
 PACKAGES = {
