@@ -31,3 +31,18 @@ def test_unused_and_unavailable_vendor_in_the_pytorch_lightning_tree(python) -> 
 
 def test_only_rank_zero_prints(python) -> None:  # type: ignore[no-untyped-def]
     assert _lines(python(SCRIPT, env={"RANK": "1", "CASE": "L testacc 1"})) == []
+
+
+def _warnings(process) -> list[str]:  # type: ignore[no-untyped-def]
+    assert process.returncode == 0, process.stderr[-3000:]
+    return [line for line in (process.stdout + process.stderr).splitlines() if "available but not used" in line]
+
+
+def test_an_available_vendor_device_left_unused_is_warned_about_as_lightning_does_for_gpus(python) -> None:  # type: ignore[no-untyped-def]
+    expected = "TESTACC available but not used. You can set it by doing `Trainer(accelerator='testacc')`."
+    for tree in ("L", "pl"):
+        warned = _warnings(python(SCRIPT, env={"CASE": f"{tree} cpu 1"}))
+        assert len(warned) == 1 and warned[0].endswith(expected), warned
+    assert _warnings(python(SCRIPT, env={"CASE": "L testacc 1"})) == []
+    assert _warnings(python(SCRIPT, env={"TESTACC_UNAVAILABLE": "1", "CASE": "L cpu 1"})) == []
+    assert _warnings(python(SCRIPT, env={"RANK": "1", "CASE": "L cpu 1"})) == []

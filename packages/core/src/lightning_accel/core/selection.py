@@ -257,6 +257,22 @@ def device_info_lines(tree: Tree, trainer: Any) -> list[str]:
     return lines
 
 
+def unused_device_warnings(tree: Tree, trainer: Any) -> list[str]:
+    """What Lightning warns for an unused GPU, for each vendor accelerator that is available but not chosen.
+
+    Example: ``"IPU available but not used. You can set it by doing `Trainer(accelerator='ipu')`."``
+    """
+    warnings = []
+    for vendor in vendor_accelerators(tree):
+        if vendor.owns(trainer.accelerator) or not vendor.plugin.spec.check_availability().usable:
+            continue
+        name = vendor.spec.name
+        warnings.append(
+            f"{name.upper()} available but not used. You can set it by doing `Trainer(accelerator='{name}')`."
+        )
+    return warnings
+
+
 def _wrap_log_device_info(tree: Tree) -> None:
     module = device_info_module(tree)
     if module is None:
@@ -268,6 +284,8 @@ def _wrap_log_device_info(tree: Tree) -> None:
         # Lightning's own rank-zero logger, so the lines appear next to "GPU available: ..." and obey its level.
         for line in device_info_lines(tree, trainer):
             module.rank_zero_info(line)
+        for warning in unused_device_warnings(tree, trainer):
+            module.rank_zero_warn(warning)
 
     setattr(module, "_log_device_info", _mark(_log_device_info, original))  # noqa: B010 (a module attribute)
 
