@@ -240,37 +240,29 @@ def _wrap_choose_strategy(tree: Tree, cls: type) -> None:
     cls._choose_strategy = _mark(_choose_strategy, original)  # type: ignore[attr-defined]
 
 
-def device_info_lines(tree: Tree, trainer: Any) -> list[str]:
-    """Lightning-style start-up lines for the vendor accelerators of ``tree``.
+def device_info_lines(tree: Tree, trainer: Any) -> tuple[list[str], list[str]]:
+    """Lightning-style start-up lines for the vendor accelerators of ``tree``, and the warnings for unused ones.
 
-    Example: ``"HPU available: True (emulated), using: 2 devices"``; ``"IPU available: False, using: 0 devices"``.
+    Each vendor's availability is checked once. The lines read ``"HPU available: True (emulated), using: 2 devices"``;
+    an available vendor that the Trainer does not use gets the warning Lightning gives an unused GPU:
+    ``"IPU available but not used. You can set it by doing `Trainer(accelerator='ipu')`."``
     """
-    lines = []
+    lines, warnings = [], []
     for vendor in vendor_accelerators(tree):
         availability = vendor.plugin.spec.check_availability()
         note = " (emulated)" if availability.state == "emulated" else ""
-        using = trainer.num_devices if vendor.owns(trainer.accelerator) else 0
+        used = vendor.owns(trainer.accelerator)
+        using = trainer.num_devices if used else 0
         lines.append(
             f"{vendor.spec.name.upper()} available: {availability.usable}{note}, using: {using} "
             f"device{'' if using == 1 else 's'}"
         )
-    return lines
-
-
-def unused_device_warnings(tree: Tree, trainer: Any) -> list[str]:
-    """What Lightning warns for an unused GPU, for each vendor accelerator that is available but not chosen.
-
-    Example: ``"IPU available but not used. You can set it by doing `Trainer(accelerator='ipu')`."``
-    """
-    warnings = []
-    for vendor in vendor_accelerators(tree):
-        if vendor.owns(trainer.accelerator) or not vendor.plugin.spec.check_availability().usable:
-            continue
-        name = vendor.spec.name
-        warnings.append(
-            f"{name.upper()} available but not used. You can set it by doing `Trainer(accelerator='{name}')`."
-        )
-    return warnings
+        if availability.usable and not used:
+            name = vendor.spec.name
+            warnings.append(
+                f"{name.upper()} available but not used. You can set it by doing `Trainer(accelerator='{name}')`."
+            )
+    return lines, warnings
 
 
 def _wrap_log_device_info(tree: Tree) -> None:
@@ -282,9 +274,10 @@ def _wrap_log_device_info(tree: Tree) -> None:
     def _log_device_info(trainer: Any) -> None:
         original(trainer)
         # Lightning's own rank-zero logger, so the lines appear next to "GPU available: ..." and obey its level.
-        for line in device_info_lines(tree, trainer):
+        lines, warnings = device_info_lines(tree, trainer)
+        for line in lines:
             module.rank_zero_info(line)
-        for warning in unused_device_warnings(tree, trainer):
+        for warning in warnings:
             module.rank_zero_warn(warning)
 
     setattr(module, "_log_device_info", _mark(_log_device_info, original))  # noqa: B010 (a module attribute)
