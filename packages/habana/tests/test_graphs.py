@@ -306,6 +306,29 @@ def test_hpu_graphs_callback_wraps_prediction_without_code_changes() -> None:
     assert "forward" not in graphed_model.__dict__  # restored after the stage
 
 
+def test_a_kept_batch_0_holds_the_last_batch_on_gaudi_but_not_under_the_callback() -> None:
+    # What Gaudi does: wrap_in_hpu_graph keeps the capturing call's input tensors as the graph's inputs and copies
+    # every later batch of that shape into them (bridge 1.19.0 hpu/graphs.py:615, :644).
+    module = htcore.hpu.wrap_in_hpu_graph(_net().eval())
+    batches = [x for x, _ in DataLoader(_data(3, 4), batch_size=4)]
+    originals = [b.clone() for b in batches]
+    with torch.no_grad():
+        for batch in batches:
+            module(batch)
+    torch.testing.assert_close(batches[0], originals[-1])
+
+    # The callback hands the graphs copies: the batches a predict_step keeps stay its own.
+    class Keeping(Predictor):
+        def predict_step(self, batch: Any, batch_idx: int) -> Any:
+            return batch[0], self(batch[0])
+
+    data = DataLoader(_data(3, 4), batch_size=4)
+    predictions = _trainer(callbacks=[HPUGraphs()]).predict(Keeping(), data)
+    assert predictions is not None
+    for (kept, _), (x, _) in zip(predictions, data, strict=True):
+        torch.testing.assert_close(kept.cpu(), x)
+
+
 def test_hpu_graphs_callback_restores_the_forward_when_prediction_fails() -> None:
     class Failing(Predictor):
         def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -320,8 +343,10 @@ def test_hpu_graphs_callback_restores_the_forward_when_prediction_fails() -> Non
 
 
 def test_hpu_graphs_callback_arguments_and_compiled_models_are_refused() -> None:
-    with pytest.raises(ConfigurationError, match=r"stages=\('fit',\)"):
-        HPUGraphs(stages=("fit",))
+    with pytest.raises(ConfigurationError, match=r"stages=\('train',\)"):
+        HPUGraphs(stages=("train",))
+    with pytest.raises(ConfigurationError, match=r"allow_unused_input=1"):
+        HPUGraphs(stages=("fit",), allow_unused_input=1)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match=r"max_graphs=0"):
         HPUGraphs(max_graphs=0)
     compiled = torch.compile(Predictor())

@@ -1,7 +1,8 @@
-"""A Trainer callback that runs a LightningModule's evaluation and prediction forward as HPU graphs."""
+"""A Trainer callback that runs a LightningModule's forward as HPU graphs: in training, evaluation and prediction."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -16,38 +17,74 @@ from . import sdk
 
 __all__ = ["HPUGraphs"]
 
-_STAGES = ("validate", "test", "predict")
+_STAGES = ("fit", "validate", "test", "predict")
+_INFERENCE_STAGES = ("validate", "test", "predict")
+# The SDK's own default for ModuleCacher(max_graphs=...) (bridge 1.19.0 hpu/graphs.py:952), which optimum-habana's
+# use_hpu_graphs_for_training and Habana's Lightning examples use too.
+_TRAINING_MAX_GRAPHS = 10
+
+
+def _cloned(value: Any) -> Any:
+    # The SDK keeps the capturing call's own input tensors as the graph's inputs and copies every later batch into
+    # them (hpu/graphs.py:615, :644; :256, :403): fresh tensors keep the user's batches their own.
+    return tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, value)
 
 
 class HPUGraphs(Callback):
-    """Run the model's ``forward`` as HPU graphs during validation, testing and prediction, without code changes.
+    """Run the model's ``forward`` as HPU graphs, per Trainer stage, without code changes.
 
-    While a chosen stage runs, ``pl_module.forward`` is wrapped with the SDK's ``wrap_in_hpu_graph``: the first
-    batch of each input shape captures a graph, later batches replay it. Outputs are copied out of the graph's
-    static tensors, so predictions collected over batches stay distinct. The original ``forward`` is restored when
-    the stage ends (and graphs are captured afresh at the next one). Training is untouched; use the SDK's
-    ``ModuleCacher`` for training graphs.
+    Evaluation and prediction (``"validate"``, ``"test"``, ``"predict"``, the default): while such a stage runs,
+    ``pl_module.forward`` is wrapped with the SDK's ``wrap_in_hpu_graph``; the first batch of each input shape
+    captures a graph, later batches replay it. Outputs are copied out of the graph's static tensors, so predictions
+    collected over batches stay distinct. The original ``forward`` is restored when the stage ends (and graphs are
+    captured afresh at the next one).
+
+    Training (``"fit"``, opt-in like optimum-habana's ``use_hpu_graphs_for_training``): while ``trainer.fit`` runs,
+    ``pl_module`` is wrapped with the SDK's ``ModuleCacher`` (``ModuleCacher(max_graphs)(model=pl_module,
+    inplace=True, allow_unused_input=...)``, as optimum-habana and Habana's Lightning examples wrap their model), so
+    the forward and backward of ``self(...)`` in ``training_step`` are captured per input shape and replayed. The loss,
+    optimizer step and everything else in ``training_step`` run as usual. Validation inside ``fit`` runs the plain
+    forward (the SDK's ``ModuleCacher`` graphs training calls only), or inference graphs when ``"validate"`` is also
+    chosen. With ``accumulate_grad_batches`` above 1 the cacher is told each micro-step (the SDK's
+    ``have_grad_accumulation`` and ``set_iteration_count``), so gradients accumulate as without graphs. It is a stage
+    of this callback, not a Trainer or strategy argument, because it is exactly the per-stage forward wrapping this
+    callback already does, and callbacks are where Lightning puts such opt-in behaviour.
+
+    Both wrap the caller's input tensors in fresh copies first: the SDK keeps a capture's inputs as the graph's and
+    copies later batches into them, which would otherwise change a batch the user kept.
 
     As on Gaudi, a graph replays what its capture ran: Python control flow inside ``forward`` that depends on the
-    data is frozen at capture, and data-dependent output shapes cannot be replayed.
+    data is frozen at capture, and data-dependent output shapes cannot be replayed. The SDK offers the graph APIs in
+    lazy mode only (``PT_HPU_LAZY_MODE=1``).
 
     Args:
-        stages: Which of ``"validate"``, ``"test"``, ``"predict"`` run with graphs (all by default).
+        stages: Which of ``"fit"``, ``"validate"``, ``"test"``, ``"predict"`` run with graphs (the last three by
+            default).
         max_graphs: How many input shapes get a graph, per stage: the first ``max_graphs`` shapes are captured and
-            replayed, later ones run the original ``forward`` uncaptured (the SDK's ``wrap_in_hpu_graph`` evicts
-            nothing); no limit when ``None``.
+            replayed, later ones run the original ``forward`` uncaptured (the SDK evicts nothing). ``None``: no limit
+            in evaluation and prediction, the SDK's default of 10 in training (``ModuleCacher`` needs a number).
+        allow_unused_input: For ``"fit"``, passed to ``ModuleCacher``: allow trainable parameters or inputs that do
+            not reach the forward's outputs (their gradient is then zero). False, the SDK's default, makes them an
+            error at the first capture.
 
     Raises:
-        ConfigurationError: For an unknown stage or a bad ``max_graphs``; at set-up, when the SDK runs in eager mode
-            or the model was compiled with ``torch.compile`` (HPU graphs and compile cannot be combined).
+        ConfigurationError: For an unknown stage or a bad ``max_graphs``; at set-up, when the SDK runs in eager mode,
+            the model was compiled with ``torch.compile`` (HPU graphs and compile cannot be combined), or, for
+            ``"fit"``, ``forward`` has ``*args`` (the SDK's ``ModuleCacher`` passes arguments by name).
 
     Example:
         >>> from lightning.pytorch import Trainer
         >>> from lightning_accel.habana import HPUGraphs
-        >>> trainer = Trainer(accelerator="hpu", devices=1, callbacks=[HPUGraphs()])  # doctest: +SKIP
+        >>> graphs = HPUGraphs(stages=("fit", "validate", "test", "predict"))
+        >>> trainer = Trainer(accelerator="hpu", devices=1, callbacks=[graphs])  # doctest: +SKIP
     """
 
-    def __init__(self, stages: Iterable[str] = _STAGES, max_graphs: int | None = None) -> None:
+    def __init__(
+        self,
+        stages: Iterable[str] = _INFERENCE_STAGES,
+        max_graphs: int | None = None,
+        allow_unused_input: bool = False,
+    ) -> None:
         chosen = (stages,) if isinstance(stages, str) else tuple(stages)
         unknown = [s for s in chosen if s not in _STAGES]
         if unknown or not chosen:
@@ -61,25 +98,93 @@ class HPUGraphs(Callback):
             raise ConfigurationError(
                 f"HPUGraphs(max_graphs={max_graphs!r}) is not accepted. Accepted: a positive int, or None for no limit."
             )
+        if not isinstance(allow_unused_input, bool):
+            raise ConfigurationError(
+                f"HPUGraphs(allow_unused_input={allow_unused_input!r}) is not accepted. Accepted: True or False."
+            )
         self.stages = chosen
         self.max_graphs = max_graphs
+        self.allow_unused_input = allow_unused_input
         self._saved: tuple[bool, Any] | None = None
+        self._training_saved: tuple[bool, Any] | None = None
+        #: The SDK's ModuleCacher of the running fit (None outside one); its statistics say what was graphed.
+        self.cacher: Any = None
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """Refuse eager mode (the SDK exports HPU graphs in lazy mode only) and a compiled model."""
+        """Refuse eager mode (no HPU graphs there), a compiled model, and for ``"fit"`` a forward with ``*args``."""
         if not sdk.core_module().is_lazy():
             raise ConfigurationError(
-                "HPUGraphs needs the SDK's lazy mode: the HPU graph APIs exist only with PT_HPU_LAZY_MODE=1, and the "
-                "SDK runs in eager mode (PT_HPU_LAZY_MODE=0, the default since SDK 1.21). Set PT_HPU_LAZY_MODE=1 "
-                "before the process starts, or drop the callback and use torch.compile(model, backend='hpu_backend') "
-                "in eager mode."
+                f"HPUGraphs(stages={self.stages!r}) needs the SDK's lazy mode: the HPU graph APIs (wrap_in_hpu_graph, "
+                "ModuleCacher) exist only with PT_HPU_LAZY_MODE=1, and the SDK runs in eager mode (PT_HPU_LAZY_MODE=0, "
+                "the default since SDK 1.21). Set PT_HPU_LAZY_MODE=1 before the process starts, or drop the callback "
+                "and use torch.compile(model, backend='hpu_backend') in eager mode."
             )
         if getattr(pl_module, "_compiler_ctx", None) is not None:
             raise ConfigurationError(
                 "HPUGraphs got a model compiled with torch.compile. HPU graphs and torch.compile cannot be combined "
                 "(as on Gaudi): remove the HPUGraphs callback, or pass the uncompiled model."
             )
+        if stage == "fit" and "fit" in self.stages:
+            refused = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
+            kinds = [p.kind for p in inspect.signature(pl_module.forward).parameters.values()]
+            if any(kind in refused for kind in kinds):
+                raise ConfigurationError(
+                    f"HPUGraphs(stages={self.stages!r}) graphs training with the SDK's ModuleCacher, which calls "
+                    f"forward with keyword arguments only, and {type(pl_module).__name__}.forward takes *args or "
+                    "positional-only parameters (LightningModule's own forward does). Define forward with named "
+                    "parameters and call it from training_step as self(...), or leave 'fit' out of stages."
+                )
+
+    @override
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Wrap the model with the SDK's ``ModuleCacher`` for training."""
+        if "fit" not in self.stages or self._training_saved is not None:
+            return
+        self._training_saved = ("forward" in pl_module.__dict__, pl_module.__dict__.get("forward"))
+        max_graphs = _TRAINING_MAX_GRAPHS if self.max_graphs is None else self.max_graphs
+        self.cacher = sdk.hpu_module().ModuleCacher(max_graphs=max_graphs)
+        # With accumulation, the SDK needs to be told each micro-step (on_train_batch_start): the first one's graph
+        # hands its gradient tensors to the parameters' .grad, so the others need graphs of their own.
+        self.cacher(
+            model=pl_module,
+            inplace=True,
+            allow_unused_input=self.allow_unused_input,
+            have_grad_accumulation=trainer.accumulate_grad_batches > 1,
+        )
+        graphed: Callable[..., Any] = pl_module.forward
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            # Outputs are recomputed in place at the next replay; a training step uses them before then.
+            return graphed(*_cloned(args), **_cloned(kwargs))
+
+        pl_module.forward = forward  # type: ignore[method-assign]
+
+    @override
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        """Tell the SDK's ``ModuleCacher`` which micro-step of a gradient accumulation this batch is."""
+        if self.cacher is not None and trainer.accumulate_grad_batches > 1:
+            # Lightning zeroes the gradients (to None) at the first batch of each accumulation window.
+            self.cacher.set_iteration_count(batch_idx % trainer.accumulate_grad_batches)
+
+    @override
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Restore the forward."""
+        self._unwrap_training(pl_module)
+
+    def _unwrap_training(self, pl_module: LightningModule) -> None:
+        if self._training_saved is None:
+            return
+        had_own, original = self._training_saved
+        self._training_saved = None
+        self.cacher = None
+        if had_own:
+            pl_module.forward = original  # type: ignore[method-assign]
+        else:
+            pl_module.__dict__.pop("forward", None)
+        # What ModuleCacher adds to the module: left behind, it keeps the graphs alive.
+        for name in ("orig_forward", "set_iteration_count"):
+            pl_module.__dict__.pop(name, None)
 
     def _wrap(self, stage: str, pl_module: LightningModule) -> None:
         if stage not in self.stages or self._saved is not None:
@@ -90,7 +195,7 @@ class HPUGraphs(Callback):
 
         def forward(*args: Any, **kwargs: Any) -> Any:
             # Graph outputs are static tensors, overwritten by the next replay: hand out copies.
-            return tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, graphed(*args, **kwargs))
+            return _cloned(graphed(*_cloned(args), **_cloned(kwargs)))
 
         pl_module.forward = forward  # type: ignore[method-assign]
 
@@ -109,8 +214,9 @@ class HPUGraphs(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        """Restore the forward when evaluation or prediction stops with an error."""
+        """Restore the forward when a stage stops with an error."""
         self._unwrap(pl_module)
+        self._unwrap_training(pl_module)
 
     @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

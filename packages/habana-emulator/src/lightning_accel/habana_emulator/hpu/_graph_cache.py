@@ -1,18 +1,29 @@
-"""Graph caches keyed by input signature: the emulated ``ModuleCacher``, ``wrap_in_hpu_graph``, its function form.
+"""Graph caches keyed as the SDK keys them: the emulated ``ModuleCacher``, ``wrap_in_hpu_graph``, its function form.
 
-Neither evicts, as on the SDK (gaudi-pytorch-bridge 1.19.0, ``habana_frameworks/torch/hpu/graphs.py``): once
-``max_graphs`` graphs are cached, a call with a new signature runs the original forward uncaptured
-(``wrapped_hpugraph_forward``: ``if max_graphs is not None and len(cache) == max_graphs: return orig_fwd(...)``;
-``ModuleCacher.forward`` inserts only while ``len(self.model_dict) < self.max_graphs`` and otherwise counts an uncached
-hit). The graphs cached first stay until ``module.clear_cache()`` (``wrap_in_hpu_graph`` only; ``ModuleCacher`` and
-``wrap_in_hpu_graph_func`` have no way to drop them).
+As on the SDK (gaudi-pytorch-bridge 1.19.0, ``habana_frameworks/torch/hpu/graphs.py``), the key of a call is
+``input_hash`` of its inputs: each tensor's shape and view chain, other values by ``hash``, and whether HPU autocast is
+on (``:488-499``). A tensor's dtype, device and ``requires_grad`` are not in the key: a call that differs only there
+replays the graph of the first, its tensors copied (and cast) into that graph's inputs.
+
+The caller's own tensors of the capturing call are the graph's static inputs (``wrapped_hpugraph_forward``:
+``graph_inputs = inputs``, ``:615``; ``make_graphed_callables`` keeps ``sample_args``, ``:256``): a later call with the
+same key copies its tensors into them (``copy_to``, ``:644``; ``static_input_surface[i].copy_(inputs[i])``, ``:403``).
+A step that keeps the first batch's tensor therefore sees it hold the latest batch's values, as on Gaudi.
+
+Neither cache evicts: once ``max_graphs`` graphs are cached, a call with a new key runs the original forward
+uncaptured (``wrapped_hpugraph_forward``: ``if max_graphs is not None and len(cache) == max_graphs: return
+orig_fwd(...)``, ``:600-601``; ``ModuleCacher.forward`` inserts only while ``len(self.model_dict) < self.max_graphs``
+and otherwise counts an uncached hit, ``:1012-1023``). The graphs cached first stay until ``module.clear_cache()``
+(``wrap_in_hpu_graph`` only; ``ModuleCacher`` and ``wrap_in_hpu_graph_func`` have no way to drop them).
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
-from collections.abc import Callable, Hashable, Iterable
+import inspect
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import torch
@@ -21,22 +32,65 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ._graphed_callables import graph_autograd
 from ._hpu_graph import HPUGraph, graph, refuse_compiled
 
-__all__ = ["ModuleCacher", "signature", "wrap_in_hpu_graph", "wrap_in_hpu_graph_func"]
+__all__ = ["ModuleCacher", "forward_parameters", "wrap_in_hpu_graph", "wrap_in_hpu_graph_func"]
+
+_REFUSED_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
 
 
-def signature(leaves: list[Any], spec: Any) -> Hashable:
-    """The cache key of a call: its structure, each tensor's shape, dtype, device and grad flag, other values."""
-    parts: list[Hashable] = [str(spec)]
-    for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            parts.append((tuple(leaf.shape), leaf.dtype, str(leaf.device), leaf.requires_grad))
-        else:
-            try:
-                hash(leaf)
-                parts.append(leaf)
-            except TypeError:
-                parts.append(repr(leaf))
-    return tuple(parts)
+def _input_hash(obj: Any) -> int:
+    from .graphs import input_hash  # the graphs module imports this one
+
+    return input_hash(obj)
+
+
+def _copy_to(dst: Any, src: Any) -> None:
+    from .graphs import copy_to  # the graphs module imports this one
+
+    copy_to(dst, src)
+
+
+def forward_parameters(forward: Callable[..., Any], model: object) -> collections.OrderedDict[str, Any]:
+    """The parameters of ``forward`` with their defaults, as the SDK's ``GraphModel.process_function_signature``.
+
+    The SDK calls the model with keyword arguments only (``GraphModel.forward``: ``self.model(**full_args)``,
+    ``graphs.py:846-850``), so it asserts that ``forward`` has no positional-only parameter and no ``*args``
+    (``:876-890``); a ``**kwargs`` parameter is dropped with a printed warning, and keyword arguments still reach
+    ``forward`` (``get_full_args``, ``:893-900``).
+
+    Raises:
+        AssertionError: When ``forward`` has ``*args`` or a positional-only parameter (the SDK's assertion).
+    """
+    found: collections.OrderedDict[str, Any] = collections.OrderedDict()
+    for name, parameter in inspect.signature(forward).parameters.items():
+        if parameter.kind in _REFUSED_KINDS:
+            shown = f"*{name}" if parameter.kind is inspect.Parameter.VAR_POSITIONAL else f"{name}, /"
+            raise AssertionError(
+                f"Unsupported argument type : {parameter.kind} (ModuleCacher(...)(model={type(model).__name__}): its "
+                f"forward has the parameter `{shown}`; the SDK's ModuleCacher calls forward with keyword arguments "
+                "only). Give forward named parameters, or graph the module with wrap_in_hpu_graph instead."
+            )
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            print("[WARNING] Variable keyword arguments will not be supported.")  # the SDK's own print (:886)
+            continue
+        found[name] = parameter.default
+    return found
+
+
+def _full_args(
+    parameters: collections.OrderedDict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> collections.OrderedDict[str, Any]:
+    # GraphModel.get_full_args (graphs.py:893-900): defaults, then positionals in order, then keywords.
+    if len(args) > len(parameters):
+        # The SDK drops the extra positionals silently; the plain forward would refuse them.
+        raise TypeError(
+            f"A ModuleCacher-wrapped forward takes {len(parameters)} arguments ({', '.join(parameters)}), got "
+            f"{len(args)} positional ones. Pass at most {len(parameters)}, or by keyword."
+        )
+    full = copy.copy(parameters)
+    for name, value in zip(parameters, args, strict=False):
+        full[name] = value
+    full.update(kwargs)
+    return full
 
 
 def _check_max_graphs(max_graphs: Any, owner: str, allow_none: bool) -> None:
@@ -53,22 +107,17 @@ def _split(leaves: list[Any]) -> tuple[list[int], list[torch.Tensor]]:
     return positions, [leaves[i] for i in positions]
 
 
-def _static_copy(tensor: torch.Tensor) -> torch.Tensor:
-    static = tensor.detach().clone()
-    return static.requires_grad_(tensor.requires_grad)
-
-
 class _GraphedCall:
-    """One input signature of a ModuleCacher: the forward and backward graphs of the module on such inputs."""
+    """One input key of a ModuleCacher: the forward and backward graphs of the module (the SDK's ``GraphModel``)."""
 
     def __init__(
         self,
         forward: Callable[..., Any],
-        leaves: list[Any],
-        spec: Any,
+        full_args: collections.OrderedDict[str, Any],
         params: tuple[torch.Tensor, ...],
         allow_unused_input: bool,
     ) -> None:
+        leaves, spec = tree_flatten(full_args)
         self.positions, tensors = _split(leaves)
         constants = list(leaves)
         self.out_spec: Any = None
@@ -78,29 +127,38 @@ class _GraphedCall:
             full = list(constants)
             for position, tensor in zip(self.positions, inputs, strict=False):
                 full[position] = tensor
-            args, kwargs = tree_unflatten(full, spec)
-            out_leaves, self.out_spec = tree_flatten(forward(*args, **kwargs))
+            out_leaves, self.out_spec = tree_flatten(forward(**tree_unflatten(full, spec)))
             self.out_constants = out_leaves
             return tuple(leaf for leaf in out_leaves if isinstance(leaf, torch.Tensor))
 
-        static = tuple(_static_copy(t) for t in tensors)
-        self.graphed = graph_autograd(tensors_only, static, params, 0, allow_unused_input, first_call_is_capture=True)
+        # The caller's own tensors become the graph's static inputs, as the SDK's GraphModel.init_hpu_graph passes
+        # them to make_graphed_callables (graphs.py:858-869), which keeps them (:256) and copies later calls' tensors
+        # into them (:400-403).
+        self.graphed = graph_autograd(
+            tensors_only, tuple(tensors), params, 0, allow_unused_input, first_call_is_capture=True
+        )
 
-    def __call__(self, leaves: list[Any]) -> Any:
-        _, tensors = _split(leaves)
+    def __call__(self, full_args: collections.OrderedDict[str, Any]) -> Any:
+        _, tensors = _split(tree_flatten(full_args)[0])
         filled = iter(self.graphed(*tensors))
         out_leaves = [next(filled) if isinstance(leaf, torch.Tensor) else leaf for leaf in self.out_constants]
         return tree_unflatten(out_leaves, self.out_spec)
 
 
 class ModuleCacher:
-    """Cache one HPU graph per input signature of a module's training forward, for the first ``max_graphs`` signatures.
+    """Cache one HPU graph per input key of a module's training forward, for the first ``max_graphs`` keys.
 
-    Calls in training mode with gradients enabled (and lazy mode, as on the SDK) run graphs: a new signature is
-    captured (forward and backward, executing the work) while fewer than ``max_graphs`` graphs are cached, a known one
-    replayed. Once ``max_graphs`` graphs are cached, a new signature runs the original forward, uncaptured, and is
-    counted in ``uncached_train_hits``, as on the SDK: nothing is evicted. Other calls (evaluation,
-    ``torch.no_grad``) run the original forward too.
+    Calls in training mode with gradients enabled (and lazy mode, as on the SDK) run graphs: a new key (``input_hash``
+    of the forward's arguments: shapes, view chains, autocast state, other values) is captured (forward and backward,
+    executing the work) while fewer than ``max_graphs`` graphs are cached, a known one replayed. Once ``max_graphs``
+    graphs are cached, a new key runs the original forward, uncaptured, and is counted in ``uncached_train_hits``, as
+    on the SDK: nothing is evicted. Other calls (evaluation, ``torch.no_grad``) run the original forward too.
+
+    As on the SDK (bridge 1.19.0 ``hpu/graphs.py:907-1111``): the forward is called with keyword arguments only, so a
+    forward with ``*args`` or positional-only parameters is refused when wrapped (``AssertionError``);
+    ``allow_unused_input`` (default False) is passed to the graphs, so a trainable parameter or input that does not
+    reach the outputs is an error from ``torch.autograd.grad`` at the capture unless it is True; the first call's
+    input tensors become the graph's static inputs, and later calls with the same key copy their tensors into them.
 
     Args:
         max_graphs: How many graphs to cache.
@@ -113,14 +171,29 @@ class ModuleCacher:
     def __init__(self, max_graphs: int = 10) -> None:
         _check_max_graphs(max_graphs, "ModuleCacher", allow_none=False)
         self.max_graphs = max_graphs
-        # The graphs cached, by input signature (the SDK's attribute of this name).
+        # The graphs cached, by input key (the SDK's attribute of this name).
         self.model_dict: dict[Hashable, _GraphedCall] = {}
         self.cached_hits_dict: dict[Hashable, int] = {}
         self.uncached_train_hits = 0
         self.uncached_eval_hits = 0
         self.model: torch.nn.Module | None = None
         self._forward: Callable[..., Any] | None = None
+        self.forward_params: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self.allow_unused_input = False
+        self.have_grad_accumulation = False
+        # The micro-step the caller says it is in (set_iteration_count), and how often it said so.
+        self.forward_cnt = 0
+        self.set_iterations_call_cnt = 0
+
+    def set_iteration_count(self, iter_num: int) -> None:
+        """Say which micro-step of a gradient accumulation the next forward is (0: the first, whose grads are fresh).
+
+        With ``have_grad_accumulation=True``, the first micro-step gets graphs of its own (``graphs.py:972-974``,
+        ``:1001-1007``): the parameters' ``.grad`` of that step can be the backward graph's own gradient tensors, so
+        later micro-steps must write theirs elsewhere for ``.grad`` to accumulate.
+        """
+        self.forward_cnt = iter_num
+        self.set_iterations_call_cnt += 1
 
     def __call__(
         self,
@@ -140,43 +213,59 @@ class ModuleCacher:
         Raises:
             TypeError: When ``model`` is not an ``nn.Module``.
             RuntimeError: When ``model`` was compiled with ``torch.compile``.
+            AssertionError: When ``model.forward`` has ``*args`` or a positional-only parameter (as the SDK).
         """
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"ModuleCacher(...)(model=...) needs a torch.nn.Module, got {type(model).__name__}.")
         refuse_compiled(model, "model")
         if not inplace:
             model = copy.copy(model)
-        # The SDK's default is strict; it allows unused inputs for the graphs it builds per signature.
-        self.allow_unused_input = True
+        self.forward_params = forward_parameters(model.forward, model)
+        # The caller's choice, as the SDK passes it to every graph it builds (graphs.py:1099, :987-989, :862-868).
+        self.allow_unused_input = allow_unused_input
+        self.have_grad_accumulation = have_grad_accumulation
         self._forward = model.forward
         self.model = model
         # Plain attributes on the module, as the SDK sets them (nn.Module's typing knows only tensors and modules).
         object.__setattr__(model, "orig_forward", self._forward)
         object.__setattr__(model, "forward", self.forward)
+        object.__setattr__(model, "set_iteration_count", self.set_iteration_count)
         return model
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Replay (or capture) the graph of this input signature, or run the original forward."""
+        """Replay (or capture) the graph of this input key, or run the original forward."""
         assert self.model is not None and self._forward is not None
         from ..core import is_lazy  # the core module imports this package
 
         if self.model.training and torch.is_grad_enabled() and is_lazy():
-            leaves, spec = tree_flatten((args, kwargs))
-            key = signature(leaves, spec)
+            full_args = _full_args(self.forward_params, args, kwargs)
+            # GraphModel.full_input_hash (graphs.py:903-904, :998): the SDK's input_hash of the full arguments.
+            key = _input_hash(full_args)
+            if self.have_grad_accumulation and self.forward_cnt == 0:
+                key = _input_hash((key, self.forward_cnt + 1))  # graphs.py:1001-1007
             entry = self.model_dict.get(key)
             if entry is None and len(self.model_dict) < self.max_graphs:
+                self._check_buffers()
                 params = tuple(self.model.parameters())
-                entry = self.model_dict[key] = _GraphedCall(
-                    self._forward, leaves, spec, params, self.allow_unused_input
-                )
+                entry = self.model_dict[key] = _GraphedCall(self._forward, full_args, params, self.allow_unused_input)
             if entry is not None:
                 self.cached_hits_dict[key] = self.cached_hits_dict.get(key, 0) + 1
-                return entry(leaves)
+                return entry(full_args)
         if self.model.training:
             self.uncached_train_hits += 1
         else:
             self.uncached_eval_hits += 1
         return self._forward(*args, **kwargs)
+
+    def _check_buffers(self) -> None:
+        # The SDK captures through make_graphed_callables, whose assertion on buffers then applies (graphs.py:244-248).
+        assert self.model is not None
+        if any(b.requires_grad for b in self.model.buffers()):
+            raise AssertionError(
+                "In any :class:`~torch.nn.Module` passed to :func:`~make_graphed_callables`, only parameters may be "
+                f"trainable. All buffers must have ``requires_grad=False``. ({type(self.model).__name__} has a buffer "
+                "that requires grad: make it an nn.Parameter or set requires_grad=False on it.)"
+            )
 
     def log_stats(self) -> str:
         """The cache statistics, as the SDK prints them."""
@@ -192,69 +281,51 @@ class ModuleCacher:
 
 
 class _ForwardGraph:
-    def __init__(self, forward: Callable[..., Any], leaves: list[Any], spec: Any) -> None:
-        positions, tensors = _split(leaves)
-        self.static = [t.detach().clone() for t in tensors]
-        full = list(leaves)
-        for position, static in zip(positions, self.static, strict=False):
-            full[position] = static
-        args, kwargs = tree_unflatten(full, spec)
+    """One input key of ``wrap_in_hpu_graph``: the graph, its inputs (the caller's own tensors) and its outputs."""
+
+    def __init__(self, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        # As wrapped_hpugraph_forward (graphs.py:603-632): the capture runs on the caller's inputs, which stay the
+        # graph's inputs, and its outputs (with their autograd history, when grad is on) are what replays return.
+        self.inputs = (args, kwargs)
         self.graph = HPUGraph()
         with graph(self.graph):
             self.outputs = forward(*args, **kwargs)
 
-    def __call__(self, leaves: list[Any]) -> Any:
-        _, tensors = _split(leaves)
-        for static, new in zip(self.static, tensors, strict=False):
-            static.copy_(new)
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        _copy_to(self.inputs, (args, kwargs))  # graphs.py:644
         self.graph.replay()
         return self.outputs
 
 
 def _graphed_forward(
-    original: Callable[..., Any],
-    cache: dict[Hashable, _ForwardGraph],
-    max_graphs: int | None,
-    parameters: Callable[[], Iterable[torch.Tensor]],
+    original: Callable[..., Any], cache: dict[Hashable, _ForwardGraph], max_graphs: int | None
 ) -> Callable[..., Any]:
-    """``original`` behind a cache of forward graphs, one per input signature (the body of both wrap functions)."""
-    # Signatures whose capture computed with tensors that require grad: a forward-only graph cannot be differentiated.
-    differentiable: set[Hashable] = set()
+    """``original`` behind a cache of forward graphs, one per input key (the SDK's ``wrapped_hpugraph_forward``)."""
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         # The SDK's keyword arguments for the graph, never passed on (bridge 1.19.0 hpu/graphs.py:583-592).
         warmup_mode = kwargs.pop("warmup_mode", False)
         if kwargs.pop("bypass_hpu_graphs", False):
             return original(*args, **kwargs)
+        # The key is taken before cache_tensors_list is removed, so it is part of the key (graphs.py:589-592).
+        key = _input_hash((args, kwargs))
         # The tensors to keep with disable_tensor_cache: the emulated graphs keep all of their tensors.
         kwargs.pop("cache_tensors_list", None)
-        leaves, spec = tree_flatten((args, kwargs))
-        grad = torch.is_grad_enabled()
-        if grad and (
-            any(p.requires_grad for p in parameters())
-            or any(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in leaves)
-        ):
-            return original(*args, **kwargs)
-        key = signature(leaves, spec)
-        if grad and key in differentiable:
-            return original(*args, **kwargs)
         entry = cache.get(key)
-        if entry is not None:
-            if warmup_mode:
-                # As the SDK: a warm-up call marks the step and returns the graph's outputs without replaying it.
-                from ..core import mark_step  # the core imports this package
+        if entry is None:
+            if max_graphs is not None and len(cache) == max_graphs:
+                return original(*args, **kwargs)
+            # Captured whether or not gradients are on, as on the SDK: later calls return these same outputs, whose
+            # autograd history is the capture's (a second backward through them is torch's error).
+            entry = cache[key] = _ForwardGraph(original, args, kwargs)
+            return entry.outputs
+        if warmup_mode:
+            # As the SDK: a warm-up call marks the step and returns the graph's outputs without replaying it.
+            from ..core import mark_step  # the core imports this package
 
-                mark_step()
-                return entry.outputs
-            return entry(leaves)
-        if max_graphs is not None and len(cache) == max_graphs:
-            return original(*args, **kwargs)
-        entry = _ForwardGraph(original, leaves, spec)
-        if grad and any(t.requires_grad for t in tree_flatten(entry.outputs)[0] if isinstance(t, torch.Tensor)):
-            differentiable.add(key)
-        else:
-            cache[key] = entry
-        return entry.outputs
+            mark_step()
+            return entry.outputs
+        return entry(args, kwargs)
 
     return forward
 
@@ -266,23 +337,24 @@ def wrap_in_hpu_graph(
     dry_run: bool = False,
     max_graphs: int | None = None,
 ) -> torch.nn.Module:
-    """Run ``module``'s inference forward as HPU graphs, one per input signature.
+    """Run ``module``'s forward as HPU graphs, one per input key (``input_hash``: shapes, view chains, autocast).
 
-    The first call with a signature captures (and executes) the forward; later calls copy their tensors into the
-    captured inputs and replay. The returned tensors are the graph's static outputs, overwritten by the next call
-    with the same signature. Calls that need autograd (gradients enabled and a parameter or input requiring grad)
-    run the original forward, since a forward-only graph cannot be differentiated; ``bypass_hpu_graphs=True`` does
-    too, and ``warmup_mode=True`` returns a captured graph's outputs without replaying it, as on the SDK. Once
-    ``max_graphs`` graphs are cached, a call with a new signature runs the original forward, uncaptured, as on the
-    SDK: nothing is evicted. ``module.clear_cache()`` drops the graphs, ``module.clear_inputs()`` calls each graph's
-    ``clear_inputs()``.
+    The first call with a key captures (and executes) the forward on the caller's own inputs, which become the graph's
+    inputs; later calls copy their tensors into those (so the first call's tensors then hold the latest values) and
+    replay. The returned tensors are the graph's static outputs, overwritten by the next call with the same key. As on
+    the SDK, calls are captured with gradients enabled too: later calls return the captured outputs with the
+    capture's autograd history, so it is an inference API (use ``ModuleCacher`` to train). ``bypass_hpu_graphs=True``
+    runs the original forward, and ``warmup_mode=True`` returns a captured graph's outputs without replaying it, as on
+    the SDK. Once ``max_graphs`` graphs are cached, a call with a new key runs the original forward, uncaptured, as
+    on the SDK: nothing is evicted. ``module.clear_cache()`` drops the graphs, ``module.clear_inputs()`` calls each
+    graph's ``clear_inputs()``.
 
     Args:
         module: The module whose ``forward`` is wrapped (in place).
         asynchronous: Accepted for compatibility with the SDK.
         disable_tensor_cache: Accepted for compatibility with the SDK (the emulator keeps captured tensors).
         dry_run: Accepted for compatibility with the SDK.
-        max_graphs: How many graphs to cache (later signatures run uncaptured); no limit when ``None``.
+        max_graphs: How many graphs to cache (later keys run uncaptured); no limit when ``None``.
 
     Raises:
         TypeError: When ``module`` is not an ``nn.Module``.
@@ -299,7 +371,7 @@ def wrap_in_hpu_graph(
     _check_max_graphs(max_graphs, "wrap_in_hpu_graph", allow_none=True)
     cache: dict[Hashable, _ForwardGraph] = {}
     original = module.forward
-    forward = functools.wraps(original)(_graphed_forward(original, cache, max_graphs, module.parameters))
+    forward = functools.wraps(original)(_graphed_forward(original, cache, max_graphs))
 
     def clear_inputs() -> None:
         for entry in cache.values():
@@ -318,19 +390,18 @@ def wrap_in_hpu_graph_func(
     dry_run: bool = False,
     max_graphs: int | None = None,
 ) -> Callable[..., Any]:
-    """A function that runs ``func`` as HPU graphs, one per input signature (``wrap_in_hpu_graph`` for a function).
+    """A function that runs ``func`` as HPU graphs, one per input key (``wrap_in_hpu_graph`` for a function).
 
     The same cache as :func:`wrap_in_hpu_graph`, returned as a new function (``func`` is not changed): the first call
-    with a signature captures and executes ``func``, later ones replay into the same static outputs. Calls with
-    gradients enabled and an input requiring grad run ``func`` itself, and so do later such calls with a signature
-    whose capture used tensors requiring grad (parameters ``func`` reaches by itself).
+    with a key captures and executes ``func`` on the caller's inputs, later ones copy their tensors into those and
+    replay into the same static outputs, with gradients enabled or not (as on the SDK).
 
     Args:
         func: The function to graph (uncompiled).
         asynchronous: Accepted for compatibility with the SDK.
         disable_tensor_cache: Accepted for compatibility with the SDK (the emulator keeps captured tensors).
         dry_run: Accepted for compatibility with the SDK.
-        max_graphs: How many graphs to cache (later signatures run uncaptured); no limit when ``None``.
+        max_graphs: How many graphs to cache (later keys run uncaptured); no limit when ``None``.
 
     Raises:
         TypeError: When ``func`` is not callable.
@@ -344,4 +415,4 @@ def wrap_in_hpu_graph_func(
         raise TypeError(f"wrap_in_hpu_graph_func(func=...) needs a callable, got {type(func).__name__}.")
     refuse_compiled(func, "func")
     _check_max_graphs(max_graphs, "wrap_in_hpu_graph_func", allow_none=True)
-    return _graphed_forward(func, {}, max_graphs, lambda: ())
+    return _graphed_forward(func, {}, max_graphs)

@@ -108,15 +108,30 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
 
 def _check_module(module: torch.nn.Module) -> None:
     refuse_compiled(module, "callables")
+    # The SDK's assertions, with its messages (graphs.py:240-248), then how to fix it. In lazy mode the SDK hooks every
+    # module assigned as a child after it loads (core/torch_overwrites.py:162-182, :259-282), so on Gaudi a child
+    # module fails here too; the emulator does not add those hooks (docs/emulator.md, "HPU graphs").
     if module._backward_hooks or module._forward_hooks or module._forward_pre_hooks:
-        raise ValueError(
-            f"make_graphed_callables got a {type(module).__name__} with hooks registered. Register hooks after "
-            "passing the module to make_graphed_callables, not before."
+        raise AssertionError(
+            "Modules must not have hooks registered at the time they are passed. However, registering hooks on "
+            f"modules after passing them through make_graphed_callables is allowed. (callables={type(module).__name__} "
+            "has hooks: register them after make_graphed_callables, or graph a module without hooks.)"
         )
     if any(b.requires_grad for b in module.buffers()):
-        raise ValueError(
-            f"make_graphed_callables got a {type(module).__name__} with a buffer that requires grad; only parameters "
-            "may be trainable. Make it an nn.Parameter or set requires_grad=False on the buffer."
+        raise AssertionError(
+            "In any :class:`~torch.nn.Module` passed to :func:`~make_graphed_callables`, only parameters may be "
+            f"trainable. All buffers must have ``requires_grad=False``. (callables={type(module).__name__} has a "
+            "buffer that requires grad: make it an nn.Parameter or set requires_grad=False on it.)"
+        )
+
+
+def _check_sample_args(args: tuple[Any, ...]) -> None:
+    if not all(isinstance(a, torch.Tensor) for a in args):
+        # The SDK's assertion and message (graphs.py:249-252).
+        raise AssertionError(
+            "In the beta API, sample_args for each callable must be a tuple of Tensors. Other types and keywordargs "
+            f"are not allowed. (sample_args holds {[type(a).__name__ for a in args]}: pass keyword and non-tensor "
+            "arguments through a wrapper, or use ModuleCacher.)"
         )
 
 
@@ -144,23 +159,23 @@ def make_graphed_callables(
         dry_run: Accepted for compatibility with the SDK.
 
     Raises:
-        TypeError: When a sample argument is not a tensor, or a callable returns something else than tensors.
-        ValueError: When a module has hooks or a trainable buffer.
+        AssertionError: As the SDK's assertions: when a module has hooks or a trainable buffer, or a sample argument
+            is not a tensor.
+        TypeError: When a callable returns something else than tensors.
     """
     single = not isinstance(callables, tuple)
     items = (callables,) if single else callables
     samples = (sample_args,) if single else sample_args
     results: list[Any] = []
+    # The SDK checks every callable before it captures any (graphs.py:238-252).
     for func, args in zip(items, samples, strict=False):
-        args = tuple(args)
-        if not all(isinstance(a, torch.Tensor) for a in args):
-            raise TypeError(
-                "make_graphed_callables(sample_args=...) must be a tuple of tensors for each callable; got "
-                f"{[type(a).__name__ for a in args]}. Pass keyword and non-tensor arguments through a wrapper."
-            )
-        params: tuple[torch.Tensor, ...] = ()
         if isinstance(func, torch.nn.Module):
             _check_module(func)
+        _check_sample_args(tuple(args))
+    for func, args in zip(items, samples, strict=False):
+        args = tuple(args)
+        params: tuple[torch.Tensor, ...] = ()
+        if isinstance(func, torch.nn.Module):
             params = tuple(func.parameters())
             training = func.training
             original = func.forward

@@ -9,8 +9,8 @@ graphs.py`` with their parameters (checked by ``packages/habana/tests/test_sdk_a
 * the SDK's small helpers over tensors and nested inputs, defined here with the SDK's behaviour:
   :func:`stringify`, :func:`input_hash`, :func:`copy_to`, :func:`get_user_input_tensor_list`,
   :func:`extract_tensors`, :func:`get_tensor_info`; and ``htcore``, the SDK's ``core`` module;
-* the internals of the SDK's own graph caches, which the emulator builds differently (its caches key graphs by input
-  signature and keep their own entries): ``CachedParams``, ``GraphModel``, ``TensorPacker``,
+* the internals of the SDK's own graph caches, which the emulator builds differently (its caches key graphs by the
+  same ``input_hash`` but keep their own entries): ``CachedParams``, ``GraphModel``, ``TensorPacker``,
   ``wrapped_hpugraph_forward``, and ``hpu_graph_print`` (the SDK's C++ graph log). They refuse by name, with the
   reason, when used (``.._not_emulated``).
 
