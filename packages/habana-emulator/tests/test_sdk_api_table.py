@@ -193,5 +193,7 @@ def test_a_not_emulated_name_refuses_by_name_not_with_attribute_error() -> None:
         NotImplementedError, match=r"habana_frameworks[.]torch[.]hpu[.]enable_dynamic_shape is not emulated"
     ):
         hpu.enable_dynamic_shape()
-    with pytest.raises(ImportError, match=r"habana_frameworks[.]torch[.]hpex[.]kernels is not emulated: a fused Gaudi"):
-        importlib.import_module("habana_frameworks.torch.hpex.kernels")
+    with pytest.raises(
+        ImportError, match=r"habana_frameworks[.]torch[.]hpex[.]kernels[.]CTCLoss is not emulated: a fused Gaudi"
+    ):
+        importlib.import_module("habana_frameworks.torch.hpex.kernels.CTCLoss")

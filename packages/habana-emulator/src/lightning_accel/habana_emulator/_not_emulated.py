@@ -28,9 +28,17 @@ SDK = "habana_frameworks.torch"
 EMULATOR = __name__.rpartition(".")[0]
 
 _GRAPH_COMPILER = "Synapse graph compilation (the emulator runs every operation eagerly on its backing device)"
-_KERNELS = "a fused Gaudi (TPC/MME) kernel; the emulator has no Gaudi kernels (use the plain torch operations)"
+_KERNELS = "a fused Gaudi (TPC/MME) kernel the emulator does not have (use the plain torch operations)"
 _TOOLS = "a debugging or profiling tool of the Gaudi runtime, which the emulator does not have"
 _QUANT = "the SDK's quantization flow, which needs Gaudi's fp8 kernels and calibration"
+_OPTIMIZERS = (
+    "a fused Gaudi optimizer the emulator does not have (it emulates hpex.optimizers.FusedAdamW, FusedSGD, "
+    "FusedAdagrad and FusedLamb); use one of those or torch.optim"
+)
+_MARKSTEP = (
+    "torch's Adam/AdamW with lazy-mode mark_step calls (graph tuning of the Synapse compiler); use torch.optim or "
+    "hpex.optimizers.FusedAdamW"
+)
 _FUSED_ATTENTION = (
     "the Transformer Engine's FusedAttention runs the SDK's fused fp8 attention kernel (hpex.kernels), which the "
     "emulator does not have"
@@ -55,12 +63,27 @@ MODULES: dict[str, str] = {
     "compiles for its backing device",
     f"{SDK}.dynamo.trace_rules": "dynamo trace rules of the SDK's compiled functions: " + _GRAPH_COMPILER,
     f"{SDK}.dynamo.utils": "helpers of the SDK's graph compiler: " + _GRAPH_COMPILER,
-    f"{SDK}.hpex.kernels.*": _KERNELS,
+    f"{SDK}.hpex.kernels.CTCLoss": _KERNELS,
+    f"{SDK}.hpex.kernels.CustomSoftmax": _KERNELS,
+    f"{SDK}.hpex.kernels.EmbeddingBag": _KERNELS,
+    f"{SDK}.hpex.kernels.EmbeddingBagPreproc": _KERNELS,
+    f"{SDK}.hpex.kernels.Fp8FusedSDPA": _KERNELS,
+    f"{SDK}.hpex.kernels.PySDPA": _KERNELS,
+    f"{SDK}.hpex.kernels.RandomSeed": _KERNELS,
+    f"{SDK}.hpex.kernels.RotaryPosEmbeddingHelper": _KERNELS,
+    f"{SDK}.hpex.kernels.Softmax": _KERNELS,
+    f"{SDK}.hpex.kernels.fbgemm": _KERNELS,
     f"{SDK}.hpex.experimental.transformer_engine.module.attention": _FUSED_ATTENTION,
     f"{SDK}.hpex.movingavrg.*": _KERNELS,
-    f"{SDK}.hpex.normalization.*": _KERNELS,
-    f"{SDK}.hpex.optimizers.*": "fused Gaudi optimizers (TPC kernels); use torch.optim, or DeepSpeed's FusedAdam, "
-    "which the emulator runs through torch.ops.hpu.optimizer_adamw",
+    f"{SDK}.hpex.normalization.FusedRMSNorm": _KERNELS,
+    f"{SDK}.hpex.optimizers.FusedLars": _OPTIMIZERS,
+    f"{SDK}.hpex.optimizers.FusedResourceApplyMomentum": _OPTIMIZERS,
+    f"{SDK}.hpex.optimizers.MarkstepAdam": _MARKSTEP,
+    f"{SDK}.hpex.optimizers.MarkstepAdamW": _MARKSTEP,
+    f"{SDK}.hpex.optimizers.SparseAdagrad": _OPTIMIZERS,
+    f"{SDK}.hpex.optimizers.SparseSGD": _OPTIMIZERS,
+    f"{SDK}.hpex.optimizers.distributed.*": "the SDK's FusedAdamW for torch's distributed optimizers (overlapped "
+    "with DDP's communication hooks); use hpex.optimizers.FusedAdamW",
     f"{SDK}.hpu.metrics.*": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
     f"{SDK}.internal.*": "internal tools of the SDK (bridge configuration, Synapse recipe recording)",
     f"{SDK}.low_overhead_profiler.*": _TOOLS,
@@ -110,6 +133,7 @@ NAMES: dict[str, dict[str, str]] = {
         "hpu_set_env": _QUANT,
         "hpu_set_inference_env": _QUANT,
         "hpu_teardown_inference_env": _QUANT,
+        "hpu_backend_config": "the SDK's graph compiler's configuration: " + _GRAPH_COMPILER,
         "import_compilers": "loads the SDK's graph compiler: " + _GRAPH_COMPILER,
         "import_hpu_partition": "loads the SDK's graph partitioner: " + _GRAPH_COMPILER,
         "overwrite_capture_pre_autograd_graph": _QUANT,
@@ -195,7 +219,6 @@ NAMES: dict[str, dict[str, str]] = {
     },
     f"{SDK}.dynamo.compile_backend.backends": {
         "get_hpu_decompositions": "the SDK's graph compiler's decompositions: " + _GRAPH_COMPILER,
-        "hpu_backend_config": "the SDK's graph compiler's configuration: " + _GRAPH_COMPILER,
         "import_compilers": "loads the SDK's graph compiler: " + _GRAPH_COMPILER,
         "import_hpu_partition": "loads the SDK's graph partitioner: " + _GRAPH_COMPILER,
         "override_composite_ops": "the SDK's graph compiler's decompositions: " + _GRAPH_COMPILER,
@@ -216,6 +239,27 @@ NAMES: dict[str, dict[str, str]] = {
         "detect_recompilation_auto_model": "detects Synapse graph recompilations: " + _GRAPH_COMPILER,
         "hpu": "the hpu module under another name (use habana_frameworks.torch.hpu)",
         "htmem": "the hpu.memory module under another name (use habana_frameworks.torch.hpu.memory)",
+    },
+    f"{SDK}.hpex.kernels": {
+        "CTCLoss": _KERNELS,
+        "CustomSoftmax": _KERNELS,
+        "PySDPA": _KERNELS,
+        "PySDPAHinted": _KERNELS,
+        "RotaryPosEmbeddingHelperV1": _KERNELS,
+        "RotaryPosEmbeddingHelperV2": _KERNELS,
+        "RotaryPosEmbeddingHelperV3": _KERNELS,
+        "RotaryPosEmbeddingMode": _KERNELS,
+        "apply_rotary_pos_emb": _KERNELS,
+        "fp8_fused_sdpa": _KERNELS,
+        "fp8_sdpa_bwd_wrapper": _KERNELS,
+        "fp8_sdpa_fwd_wrapper": _KERNELS,
+    },
+    f"{SDK}.hpex.normalization": {"FusedRMSNorm": _KERNELS, "RmsNormBwdMode": _KERNELS},
+    f"{SDK}.hpex.optimizers": {
+        "Adam": _MARKSTEP,
+        "AdamW": _MARKSTEP,
+        "FusedLars": _OPTIMIZERS,
+        "FusedResourceApplyMomentum": _OPTIMIZERS,
     },
     f"{SDK}.hpex.experimental.transformer_engine": {"FusedAttention": _FUSED_ATTENTION},
     f"{SDK}.hpex.experimental.transformer_engine.module": {"FusedAttention": _FUSED_ATTENTION},

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .checkpoint_io import HPUCheckpointIO
     from .compile_backends import aot_hpu_inference_backend, aot_hpu_training_backend, hpu_backend
     from .fsdp_precision import HPUFSDPPrecision
+    from .fused import fused_adamw, fused_clip_grad_norm_, fused_optimizer, fused_sdpa, use_fused_sdpa
     from .graphs import HPUGraphs
     from .precision import HPUPrecisionPlugin
     from .profiler import HPUProfiler
@@ -57,8 +58,13 @@ __all__ = [
     "__version__",
     "aot_hpu_inference_backend",
     "aot_hpu_training_backend",
+    "fused_adamw",
+    "fused_clip_grad_norm_",
+    "fused_optimizer",
+    "fused_sdpa",
     "hpu_backend",
     "sdk",
+    "use_fused_sdpa",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -75,6 +81,11 @@ __getattr__, __dir__ = lazy_exports(
         "SingleHPUStrategy": ".strategies",
         "aot_hpu_inference_backend": ".compile_backends",
         "aot_hpu_training_backend": ".compile_backends",
+        "fused_adamw": ".fused",
+        "fused_clip_grad_norm_": ".fused",
+        "fused_optimizer": ".fused",
+        "fused_sdpa": ".fused",
         "hpu_backend": ".compile_backends",
+        "use_fused_sdpa": ".fused",
     },
 )

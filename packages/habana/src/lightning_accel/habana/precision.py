@@ -16,6 +16,7 @@ from ._precision_settings import HPUPrecisionHooks, PrecisionSettings, from_ligh
 if TYPE_CHECKING:
     import lightning.pytorch as pl
     from lightning.fabric.utilities.types import Steppable
+    from torch.optim import Optimizer
 
 __all__ = ["HPUPrecisionPlugin"]
 
@@ -51,6 +52,10 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         fp32_file_path: Text file naming the float32 ATen operators, one per line (it replaces the SDK's default
             list); the list the SDK loaded when omitted.
         device: The device type; only ``"hpu"``.
+        fused_clip_norm: Clip gradients by norm (``Trainer(gradient_clip_val=..., gradient_clip_algorithm="norm")``)
+            with the SDK's fused ``FusedClipNorm`` kernel (optimum-habana's ``use_fused_clip_norm``) instead of
+            ``torch.nn.utils.clip_grad_norm_``. The SDK has no fused clipping by value: with this on,
+            ``gradient_clip_algorithm="value"`` is refused.
 
     Raises:
         ConfigurationError: For an unsupported ``precision``, ``opt_level`` or ``verbose``, a missing, unreadable or
@@ -65,6 +70,8 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         >>> fp8 = HPUPrecisionPlugin("fp8")  # doctest: +SKIP
         >>> model = fp8.convert_modules(model, replace_layers=True)  # doctest: +SKIP
         >>> trainer = Trainer(accelerator="hpu", devices=1, plugins=[fp8])  # doctest: +SKIP
+        >>> fused = HPUPrecisionPlugin("bf16-mixed", fused_clip_norm=True)  # doctest: +SKIP
+        >>> trainer = Trainer(accelerator="hpu", plugins=[fused], gradient_clip_val=1.0)  # doctest: +SKIP
     """
 
     def __init__(
@@ -75,7 +82,13 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         bf16_file_path: str | Path | None = None,
         fp32_file_path: str | Path | None = None,
         device: str = "hpu",
+        fused_clip_norm: bool = False,
     ) -> None:
+        if not isinstance(fused_clip_norm, bool):
+            raise ConfigurationError(
+                f"HPUPrecisionPlugin(fused_clip_norm={fused_clip_norm!r}) is not a bool. Accepted: True (clip by norm "
+                "with the SDK's FusedClipNorm) or False (torch.nn.utils.clip_grad_norm_)."
+            )
         if device != "hpu":
             raise ConfigurationError(
                 f"HPUPrecisionPlugin(device={device!r}) is not supported. Accepted: 'hpu'. For other devices use "
@@ -89,6 +102,7 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         self.bf16_file_path = bf16_file_path
         self.fp32_file_path = fp32_file_path
         self.device = device
+        self.fused_clip_norm = fused_clip_norm
 
     @property
     def lower_ops(self) -> frozenset[str] | None:
@@ -111,6 +125,28 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         """Run the optimizer step with autocast switched off; the closure's training step casts as usual."""
         with self._settings.no_cast_context():
             return super().optimizer_step(optimizer, model, closure, **kwargs)
+
+    @override
+    def clip_grad_by_norm(self, optimizer: Optimizer, clip_val: int | float) -> None:
+        """Clip by total L2 norm: with the SDK's ``FusedClipNorm`` when ``fused_clip_norm``, else as Lightning does."""
+        if not self.fused_clip_norm:
+            super().clip_grad_by_norm(optimizer, clip_val)
+            return
+        from .fused import fused_clip_grad_norm_
+
+        fused_clip_grad_norm_(list(self.main_params(optimizer)), clip_val)
+
+    @override
+    def clip_grad_by_value(self, optimizer: Optimizer, clip_val: int | float) -> None:
+        """Clip each gradient value to ``[-clip_val, clip_val]``; refused with ``fused_clip_norm`` (no fused kernel)."""
+        if self.fused_clip_norm:
+            raise ConfigurationError(
+                f"gradient_clip_algorithm='value' (gradient_clip_val={clip_val}) with "
+                "HPUPrecisionPlugin(fused_clip_norm=True): the Gaudi SDK's fused clipping (FusedClipNorm) clips by "
+                "norm only. Accepted: gradient_clip_algorithm='norm' with fused_clip_norm=True, or "
+                "fused_clip_norm=False to clip by value with torch."
+            )
+        super().clip_grad_by_value(optimizer, clip_val)
 
     @classmethod
     def from_lightning(cls, plugin: Precision) -> Precision:

@@ -61,6 +61,9 @@ __all__ = [
     "distributed_backend",
     "experimental_utils_module",
     "float16_supported",
+    "fused_kernels_module",
+    "fused_normalization_module",
+    "fused_optimizers_module",
     "generation",
     "hccl_module",
     "hpu_module",
@@ -163,6 +166,21 @@ def experimental_utils_module() -> ModuleType:
 def transformer_engine_module() -> ModuleType:
     """``habana_frameworks.torch.hpex.experimental.transformer_engine``: ``Linear``, ``fp8_autocast``, ``recipe``."""
     return _module("hpex.experimental.transformer_engine")
+
+
+def fused_optimizers_module() -> ModuleType:
+    """``habana_frameworks.torch.hpex.optimizers``: ``FusedAdamW``, ``FusedSGD``, ``FusedAdagrad``, ``FusedLamb``."""
+    return _module("hpex.optimizers")
+
+
+def fused_normalization_module() -> ModuleType:
+    """``habana_frameworks.torch.hpex.normalization``: ``FusedClipNorm`` (gradient clipping by norm)."""
+    return _module("hpex.normalization")
+
+
+def fused_kernels_module() -> ModuleType:
+    """``habana_frameworks.torch.hpex.kernels``: ``FusedSDPA`` (fused scaled-dot-product attention)."""
+    return _module("hpex.kernels")
 
 
 def generation() -> str:
