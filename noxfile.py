@@ -208,6 +208,7 @@ def hpu_tests(session: nox.Session) -> None:
     # INC, for the fp8 inference tests. The emulator (lightning-accel-habana[emulator], from this tree) off Gaudi only:
     # it needs torch 2.13, not the SDK's torch, and the suite imports it only in its emulator_only tests.
     emulator = () if HPU_PLAN.hardware else ("habana-emulator",)
+    session.install(*REAL_MODELS)  # GPT-2 and Llama from configs in code, for the compile tests (no torch pulled in)
     vendor_tests(session, HPU_PLAN, "habana", extras="[fp8-inference]", also=emulator)
 
 
@@ -341,11 +342,12 @@ def bench(session: nox.Session) -> None:
     """Benchmarks; results go to benchmarks/results/."""
     # From wheels: pip byte-compiles them, as a user's install would be (the start-up numbers depend on it).
     install_base(session, "habana", "graphcore", "deepspeed-hpu", editable=False)
-    session.install("matplotlib")
+    session.install("matplotlib", *REAL_MODELS)
     os.makedirs(ROOT / "benchmarks" / "results", exist_ok=True)
     session.run("python", "benchmarks/bench_startup.py")
     session.run("python", "benchmarks/bench_hpu_overhead.py")
     session.run("python", "benchmarks/bench_hpu_device.py")
     session.run("python", "benchmarks/bench_hpu_native_device.py")
+    session.run("python", "benchmarks/bench_hpu_regional_compile.py")
     session.run("python", "benchmarks/bench_ipu_device_iterations.py")
     session.run("python", "benchmarks/bench_zero_memory.py")

@@ -98,8 +98,11 @@ class _AliasLoader:
     def exec_module(self, module: "ModuleType") -> None:
         # The target module has run already (running it again would reset its state). The import system has just
         # set its __spec__ to the alias's; give it back its own, or relative imports inside it would disagree with
-        # its __package__.
-        module.__spec__ = self._own_spec
+        # its __package__. Set past the module's own __setattr__: torch's config modules (the SDK's compile backend
+        # config is one) refuse any attribute that is not one of their settings.
+        from types import ModuleType
+
+        ModuleType.__setattr__(module, "__spec__", self._own_spec)
 
 
 class _ParentLoader:

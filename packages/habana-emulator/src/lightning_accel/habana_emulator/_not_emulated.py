@@ -133,7 +133,6 @@ NAMES: dict[str, dict[str, str]] = {
         "hpu_set_env": _QUANT,
         "hpu_set_inference_env": _QUANT,
         "hpu_teardown_inference_env": _QUANT,
-        "hpu_backend_config": "the SDK's graph compiler's configuration: " + _GRAPH_COMPILER,
         "import_compilers": "loads the SDK's graph compiler: " + _GRAPH_COMPILER,
         "import_hpu_partition": "loads the SDK's graph partitioner: " + _GRAPH_COMPILER,
         "overwrite_capture_pre_autograd_graph": _QUANT,

@@ -37,6 +37,7 @@ for _name, _module in list(sys.modules.items()):
 if TYPE_CHECKING:
     from .accelerator import HPUAccelerator
     from .checkpoint_io import HPUCheckpointIO
+    from .compilation import HPUCompile
     from .compile_backends import aot_hpu_inference_backend, aot_hpu_training_backend, hpu_backend
     from .fsdp_precision import HPUFSDPPrecision
     from .fused import fused_adamw, fused_clip_grad_norm_, fused_optimizer, fused_sdpa, use_fused_sdpa
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HPUAccelerator",
     "HPUCheckpointIO",
+    "HPUCompile",
     "HPUFSDPPrecision",
     "HPUFSDPStrategy",
     "HPUGraphs",
@@ -72,6 +74,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "HPUAccelerator": ".accelerator",
         "HPUCheckpointIO": ".checkpoint_io",
+        "HPUCompile": ".compilation",
         "HPUFSDPPrecision": ".fsdp_precision",
         "HPUFSDPStrategy": ".strategies",
         "HPUGraphs": ".graphs",

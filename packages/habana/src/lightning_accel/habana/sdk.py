@@ -163,6 +163,11 @@ def experimental_utils_module() -> ModuleType:
     return _module("utils.experimental")
 
 
+def compile_backend_config() -> ModuleType:
+    """``habana_frameworks.torch.dynamo.compile_backend.config``: the settings ``hpu_backend`` takes as ``options``."""
+    return _module("dynamo.compile_backend.config")
+
+
 def transformer_engine_module() -> ModuleType:
     """``habana_frameworks.torch.hpex.experimental.transformer_engine``: ``Linear``, ``fp8_autocast``, ``recipe``."""
     return _module("hpex.experimental.transformer_engine")

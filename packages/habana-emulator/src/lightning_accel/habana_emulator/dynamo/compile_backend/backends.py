@@ -6,6 +6,8 @@ The contract (gaudi-pytorch-bridge v1.18/v1.19, ``.../compile_backend/backends.p
   (so importing it twice into one registry would be a duplicate, as on the SDK). The AOT-autograd names of earlier
   SDKs (``aot_hpu_training_backend``, ``aot_hpu_inference_backend``) are not registered any more.
 * It serves training and inference graphs (AOT autograd with a forward, backward and inference compiler).
+* ``options`` are settings of the backend's ``config`` module (emulated in :mod:`.config`), applied for the one
+  compilation; an unknown key fails it.
 * ``torch.compile`` is supported in eager mode only (``PT_HPU_LAZY_MODE=0``, the default since 1.21; the bridge's
   own tests skip compilation in lazy mode). What the SDK does in lazy mode is not documented; the emulator refuses
   with a ``RuntimeError`` that says how to switch modes, rather than guess.
@@ -32,8 +34,9 @@ from ... import _inductor, _not_emulated
 from ...core import _LAZY_MODE_VAR
 from ...core import is_lazy as _is_lazy
 from ...hpu import graphs as _graphs
+from . import config as hpu_backend_config
 
-__all__ = ["hpu_backend"]
+__all__ = ["hpu_backend", "hpu_backend_config"]
 
 
 def _refuse_during_capture() -> None:
@@ -55,15 +58,22 @@ def _refuse_lazy_mode() -> None:
 
 @register_backend
 def hpu_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
-    """The HPU backend for training and inference graphs (on the emulator: Inductor on the backing device)."""
+    """The HPU backend for training and inference graphs (on the emulator: Inductor on the backing device).
+
+    ``options`` (``torch.compile(..., options={...})``) are settings of :mod:`.config` for this compilation, applied
+    with ``config.patch(options)`` as the SDK does (``backends.py:52-70``): a key that is not a setting raises
+    ``AttributeError``.
+    """
     from torch._inductor.compile_fx import compile_fx
 
     _refuse_lazy_mode()
     _refuse_during_capture()
     _inductor.register()
-    compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
-        graph_module, example_inputs, config_patches=_inductor.CONFIG_PATCHES
-    )
+    # The settings tune Gaudi's graph compiler; Inductor compiles here, so they are checked and set, not used.
+    with hpu_backend_config.patch(kwargs.get("options")):  # type: ignore[attr-defined]  # a torch config module
+        compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
+            graph_module, example_inputs, config_patches=_inductor.CONFIG_PATCHES
+        )
 
     def run(*args: Any) -> Any:
         # Compiled kernels bypass the operator recording of a capture: replaying would silently skip them.

@@ -1,0 +1,276 @@
+"""Compiling a model for Gaudi with ``hpu_backend``: the whole model or its repeated blocks, from a chosen step.
+
+Gaudi's default path is eager mode with ``torch.compile`` (lazy mode is being retired). What optimum-habana offers its
+users for that path (``use_regional_compilation``, ``compile_dynamic``, ``compile_from_sec_iteration``), here for
+Lightning: :func:`compile_regions` for any module (Fabric's ``setup`` too) and the :class:`HPUCompile` callback for the
+Trainer (and so for LightningCLI's ``--trainer.callbacks``).
+
+Regional compilation compiles each repeated block (a transformer layer) in place instead of the whole model. The
+blocks of one class share their compiled code (dynamo reuses a frame's code for another instance of the same class,
+since parameters are graph inputs), so a 12-layer model compiles one layer's graph, not twelve, and compiles in a
+fraction of whole-model compile's time; the price is a graph boundary between blocks.
+
+``options`` are the settings of the SDK's ``hpu_backend`` (its ``dynamo.compile_backend.config`` module); they are
+checked against that module before anything compiles, so a misspelt key fails at once with the accepted ones, instead
+of inside the first training step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from typing_extensions import override
+
+from lightning_accel.core.errors import ConfigurationError
+
+from . import sdk
+
+__all__ = ["HPUCompile", "checked_options", "compile_regions", "repeated_blocks"]
+
+_BACKEND = "hpu_backend"
+
+
+def checked_options(options: Mapping[str, Any] | None, owner: str = "options") -> dict[str, Any]:
+    """``options`` for ``hpu_backend``, checked against the SDK's compile-backend settings.
+
+    Args:
+        options: Setting name -> value, as ``torch.compile(..., options=...)`` takes them for ``hpu_backend``.
+        owner: How the argument is named in the error (``"HPUCompile(options=...)"``).
+
+    Returns:
+        A copy of ``options`` (empty when ``None``).
+
+    Raises:
+        ConfigurationError: When ``options`` is not a mapping, a key is not a setting of the SDK's backend, or a value
+            does not have the setting's type.
+
+    Example:
+        >>> checked_options({"force_static_compile": True})  # doctest: +SKIP
+        {'force_static_compile': True}
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigurationError(
+            f"{owner}={options!r} is not accepted: pass a dict of hpu_backend settings, e.g. "
+            "{'force_static_compile': True}, or None."
+        )
+    settings: dict[str, Any] = sdk.compile_backend_config().get_config_copy()
+    for key, value in options.items():
+        if key not in settings:
+            raise ConfigurationError(
+                f"{owner} has {key!r}, which is not a setting of the SDK's hpu_backend. Accepted: "
+                f"{', '.join(sorted(settings))} (habana_frameworks.torch.dynamo.compile_backend.config)."
+            )
+        expected = type(settings[key])
+        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
+            raise ConfigurationError(
+                f"{owner}[{key!r}]={value!r} is not accepted: the setting is a {expected.__name__} "
+                f"(its default is {settings[key]!r})."
+            )
+    return dict(options)
+
+
+def repeated_blocks(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated blocks of ``module``: the children of its ``ModuleList``s whose class occurs more than once there.
+
+    A transformer's layers (``model.layers``, ``transformer.h``) are such blocks. Blocks nested inside another
+    repeated block are not listed again.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(3)]))
+        >>> len(repeated_blocks(net))
+        3
+    """
+    found: list[torch.nn.Module] = []
+    taken: set[int] = set()
+    for sub in module.modules():
+        if id(sub) in taken or not isinstance(sub, torch.nn.ModuleList):
+            continue
+        children = list(sub)
+        classes = [type(child) for child in children]
+        for child in children:
+            if classes.count(type(child)) > 1 and id(child) not in taken:
+                found.append(child)
+                taken.update(id(inner) for inner in child.modules())
+    return found
+
+
+def _blocks_of(module: torch.nn.Module, block_types: Sequence[type[torch.nn.Module]] | None) -> list[torch.nn.Module]:
+    if block_types is None:
+        return repeated_blocks(module)
+    found: list[torch.nn.Module] = []
+    taken: set[int] = set()
+    for sub in module.modules():
+        if isinstance(sub, tuple(block_types)) and id(sub) not in taken:
+            found.append(sub)
+            taken.update(id(inner) for inner in sub.modules())
+    return found
+
+
+def _check_block_types(block_types: Any, owner: str) -> Sequence[type[torch.nn.Module]] | None:
+    if block_types is None:
+        return None
+    types = list(block_types) if isinstance(block_types, Iterable) else [block_types]
+    if not types or not all(isinstance(t, type) and issubclass(t, torch.nn.Module) for t in types):
+        raise ConfigurationError(
+            f"{owner}={block_types!r} is not accepted: pass the block classes to compile (subclasses of "
+            "torch.nn.Module, e.g. [LlamaDecoderLayer]), or None to compile the repeated blocks of each ModuleList."
+        )
+    return types
+
+
+def compile_regions(
+    module: torch.nn.Module,
+    *,
+    block_types: Sequence[type[torch.nn.Module]] | None = None,
+    dynamic: bool | None = None,
+    fullgraph: bool = False,
+    options: Mapping[str, Any] | None = None,
+) -> list[torch.nn.Module]:
+    """Compile ``module``'s repeated blocks in place with ``hpu_backend``, and return them.
+
+    Each block is compiled with ``nn.Module.compile``, so the module keeps its structure, parameter names and
+    ``state_dict`` (checkpoints of the compiled and the eager module are the same); blocks of one class share their
+    compiled code. Works on a LightningModule, a Fabric model before ``fabric.setup``, or any module.
+
+    Args:
+        module: The model whose blocks are compiled.
+        block_types: The block classes to compile (every instance, outermost only); by default the repeated children
+            of each ``ModuleList`` (:func:`repeated_blocks`).
+        dynamic: ``torch.compile``'s ``dynamic``: ``None`` (recompile once on a new shape, then dynamic), ``True`` or
+            ``False``.
+        fullgraph: ``torch.compile``'s ``fullgraph``: fail on a graph break inside a block.
+        options: Settings of the SDK's ``hpu_backend`` (:func:`checked_options`).
+
+    Returns:
+        The blocks compiled.
+
+    Raises:
+        ConfigurationError: When there is no block to compile, or an argument is not accepted.
+
+    Example:
+        >>> from lightning_accel.habana.compilation import compile_regions
+        >>> blocks = compile_regions(model, dynamic=False)  # doctest: +SKIP
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise ConfigurationError(f"compile_regions(module=...) needs a torch.nn.Module, got {type(module).__name__}.")
+    types = _check_block_types(block_types, "compile_regions(block_types=...)")
+    if dynamic not in (None, True, False):
+        raise ConfigurationError(f"compile_regions(dynamic={dynamic!r}) is not accepted: True, False or None.")
+    checked = checked_options(options, "compile_regions(options=...)")
+    blocks = _blocks_of(module, types)
+    if not blocks:
+        wanted = "no repeated block in a ModuleList"
+        if types:
+            wanted = "no instance of " + ", ".join(t.__name__ for t in types)
+        raise ConfigurationError(
+            f"compile_regions found {wanted} in {type(module).__name__}, so there is nothing to compile regionally. "
+            "Pass block_types=[YourBlock] to name the blocks, or compile the whole model."
+        )
+    for block in blocks:
+        block.compile(backend=_BACKEND, dynamic=dynamic, fullgraph=fullgraph, options=checked or None)
+    return blocks
+
+
+class HPUCompile(Callback):
+    """Compile the LightningModule with ``hpu_backend``: whole or by repeated blocks, from a chosen training step.
+
+    Whole-model compilation compiles what ``self(...)`` runs (the module's ``forward``), as ``torch.compile`` of a
+    LightningModule does in Lightning; regional compilation compiles the repeated blocks wherever the steps call them.
+    Both compile in place (``nn.Module.compile``), so checkpoints keep their keys. ``from_step=1`` runs the first
+    training step eagerly and compiles from the second, as optimum-habana's ``compile_from_sec_iteration``: the first
+    step's one-off work (lazy initialisation, optimizer state) stays out of the graphs. Validation, testing and
+    prediction outside ``fit`` compile when they start.
+
+    ``torch.compile`` needs the SDK's eager mode (``PT_HPU_LAZY_MODE=0``, the default since SDK 1.21); HPU graphs need
+    lazy mode, so this callback and :class:`~lightning_accel.habana.HPUGraphs` are not used together.
+
+    Args:
+        regions: ``False`` (the default) compiles the whole module; ``True`` its repeated blocks
+            (:func:`repeated_blocks`); a list of classes, every instance of them.
+        dynamic: ``torch.compile``'s ``dynamic`` (``None``, ``True`` or ``False``).
+        fullgraph: ``torch.compile``'s ``fullgraph``.
+        options: Settings of the SDK's ``hpu_backend``, checked when the Trainer sets up.
+        from_step: The global training step from which the model runs compiled (0: from the start).
+
+    Raises:
+        ConfigurationError: On an argument that is not accepted, or a Trainer whose accelerator is not an HPU.
+
+    Example:
+        >>> from lightning.pytorch import Trainer
+        >>> from lightning_accel.habana import HPUCompile
+        >>> trainer = Trainer(accelerator="hpu", callbacks=[HPUCompile(regions=True, from_step=1)])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        regions: bool | Sequence[type[torch.nn.Module]] = False,
+        dynamic: bool | None = None,
+        fullgraph: bool = False,
+        options: Mapping[str, Any] | None = None,
+        from_step: int = 0,
+    ) -> None:
+        self.block_types = None if isinstance(regions, bool) else _check_block_types(regions, "HPUCompile(regions=...)")
+        self.regions = regions is not False
+        if dynamic not in (None, True, False):
+            raise ConfigurationError(f"HPUCompile(dynamic={dynamic!r}) is not accepted: True, False or None.")
+        if not isinstance(from_step, int) or isinstance(from_step, bool) or from_step < 0:
+            raise ConfigurationError(
+                f"HPUCompile(from_step={from_step!r}) is not accepted: the global step (an int >= 0) from which to run "
+                "compiled, e.g. 1 to compile from the second step."
+            )
+        self.dynamic = dynamic
+        self.fullgraph = fullgraph
+        self.options = options
+        self.from_step = from_step
+        self._checked: dict[str, Any] = {}
+        self._compiled = False
+
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        device = trainer.strategy.root_device
+        if device.type != sdk.device_type():
+            raise ConfigurationError(
+                f"HPUCompile compiles for the HPU, but this Trainer runs on {device.type!r}. Use "
+                "Trainer(accelerator='hpu'), or torch.compile with another backend for other devices."
+            )
+        self._checked = checked_options(self.options, "HPUCompile(options=...)")
+
+    def _compile(self, pl_module: LightningModule) -> None:
+        if self._compiled:
+            return
+        self._compiled = True
+        if self.regions:
+            compile_regions(
+                pl_module,
+                block_types=self.block_types,
+                dynamic=self.dynamic,
+                fullgraph=self.fullgraph,
+                options=self._checked,
+            )
+        else:
+            pl_module.compile(
+                backend=_BACKEND, dynamic=self.dynamic, fullgraph=self.fullgraph, options=self._checked or None
+            )
+
+    @override
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step >= self.from_step:
+            self._compile(pl_module)
+
+    @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.state.fn == "validate":  # in fit, the training steps decide (from_step)
+            self._compile(pl_module)
+
+    @override
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._compile(pl_module)
+
+    @override
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._compile(pl_module)
