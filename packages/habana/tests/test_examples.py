@@ -26,6 +26,13 @@ def test_compile_example_trains_and_infers_with_hpu_backend(tmp_path: Path) -> N
     assert accuracy > 0.8
 
 
+def test_compiled_gpt_example_compiles_every_block_and_learns(tmp_path: Path) -> None:
+    out = _run("compile_gpt.py", tmp_path, PT_HPU_LAZY_MODE="0")
+    assert "blocks compiled: 4 of 4" in out
+    first, last = (float(v) for v in re.search(r"loss: first steps ([\d.]+), last steps ([\d.]+)", out).groups())  # type: ignore[union-attr]
+    assert last < 0.5 * first
+
+
 def test_mixed_precision_example_runs_the_listed_ops_in_bf16(tmp_path: Path) -> None:
     # The SDK reads the lists when it loads (at `import torch` in eager mode): exported before the start, as documented.
     out = _run(
