@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -143,6 +144,15 @@ def test_bad_arguments_name_the_argument_and_what_is_accepted(eager_mode: None) 
     with pytest.raises(ConfigurationError, match=r"HPUCompile compiles for the HPU, but this Trainer runs on 'cpu'"):
         _fit(HPUCompile(), accelerator="cpu")
 
+    class NoForward(Stack):
+        forward = LightningModule.forward  # type: ignore[assignment]
+
+    trainer = Trainer(accelerator="hpu", devices=1, max_steps=1, logger=False, callbacks=[HPUCompile()])
+    with pytest.raises(
+        ConfigurationError, match=r"HPUCompile\(\) compiles the module's forward .* NoForward defines"
+    ):
+        trainer.fit(NoForward(), _data())
+
 
 def test_repeated_blocks_are_the_outermost_repeated_children_of_module_lists() -> None:
     outer = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.ModuleList([Block(2), Block(2)])) for _ in range(3)])
@@ -253,3 +263,85 @@ def test_transformers_models_compiled_train_like_eager(eager_mode: None, family:
     assert eager[-1] < eager[0]
     # bf16 tolerance: the compiled graphs fuse (and so round) differently from the eager operations.
     assert fit(HPUCompile(regions=regions, from_step=0 if regions else 1)) == pytest.approx(eager, rel=2e-2)
+
+
+def test_compiled_autograd_compiles_the_backward_and_trains_like_eager() -> None:
+    # Process-wide once enabled (as the SDK's enable_compiled_autograd is): in a process of its own.
+    code = (
+        "import sys, torch\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from test_compilation import HPUCompile, _fit\n"
+        "eager, _ = _fit()\n"
+        "compiled, _ = _fit(HPUCompile(compiled_autograd=True))\n"
+        "torch.testing.assert_close(compiled.losses, eager.losses, rtol=1e-4, atol=1e-5)\n"
+        "print('backward graphs compiled:', torch._dynamo.utils.counters['compiled_autograd']['captures'])\n"
+    )
+    here = str(Path(__file__).parent)
+    done = subprocess.run(
+        [PYTHON, "-c", code, here], env=script_env(PT_HPU_LAZY_MODE="0"), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    captures = int(done.stdout.rsplit("backward graphs compiled:", 1)[1].split()[0])
+    assert captures >= 1
+
+
+@pytest.mark.parametrize(("flag", "enabled"), [("1", "True"), ("", "False")])
+def test_the_sdk_turns_compiled_autograd_on_when_it_loads_with_its_flag(flag: str, enabled: str) -> None:
+    code = (
+        "import torch\n"
+        "from lightning_accel.habana import sdk\n"
+        "sdk.compile_backend_module()\n"
+        "from torch._dynamo import compiled_autograd\n"
+        "print(compiled_autograd.compiled_autograd_enabled)\n"
+    )
+    env = script_env(PT_HPU_LAZY_MODE="0", PT_HPU_ENABLE_COMPILED_AUTOGRAD=flag)
+    done = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split()[-1:] == [enabled], done.stderr[-2000:]
+
+
+def test_lightning_cli_takes_hpu_compile_as_a_callback_with_its_arguments(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parents[3] / "examples" / "habana"
+    args = [
+        str(examples / "cli.py"),
+        "fit",
+        "--config",
+        str(examples / "config.yaml"),
+        "--trainer.callbacks+=lightning_accel.habana.HPUCompile",
+        "--trainer.callbacks.from_step=1",
+        '--trainer.callbacks.options={"force_static_compile": true}',
+        "--trainer.max_epochs=1",
+    ]
+    env = script_env(PT_HPU_LAZY_MODE="0")
+    done = subprocess.run([PYTHON, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.rsplit("final validation accuracy:", 1)[1].split()[0]) > 0.5
+    bad = [*args[:-2], '--trainer.callbacks.options={"no_such_setting": 1}', "--trainer.max_epochs=1"]
+    done = subprocess.run([PYTHON, *bad], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert (
+        "HPUCompile(options=...) has 'no_such_setting', which is not a setting of the SDK's hpu_backend" in done.stderr
+    )
+
+
+def test_fabric_trains_a_regionally_compiled_llama_like_eager(eager_mode: None) -> None:
+    def run(regional: bool) -> list[float]:
+        torch._dynamo.reset()
+        fabric = Fabric(accelerator="hpu", devices=1, precision="bf16-mixed")
+        model = CausalLM("llama")
+        if regional:
+            blocks = compile_regions(model)
+            assert len(blocks) == 2  # the two decoder layers
+        optimizer = model.configure_optimizers()
+        model, optimizer = fabric.setup(model, optimizer)
+        losses = []
+        for _ in range(2):
+            for (ids,) in fabric.setup_dataloaders(_tokens()):
+                optimizer.zero_grad()
+                loss = model(ids)
+                fabric.backward(loss)
+                optimizer.step()
+                losses.append(loss.item())
+        return losses
+
+    eager = run(False)
+    assert eager[-1] < eager[0]
+    assert run(True) == pytest.approx(eager, rel=2e-2)

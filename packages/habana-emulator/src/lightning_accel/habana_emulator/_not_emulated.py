@@ -84,7 +84,6 @@ MODULES: dict[str, str] = {
     f"{SDK}.hpex.optimizers.SparseSGD": _OPTIMIZERS,
     f"{SDK}.hpex.optimizers.distributed.*": "the SDK's FusedAdamW for torch's distributed optimizers (overlapped "
     "with DDP's communication hooks); use hpex.optimizers.FusedAdamW",
-    f"{SDK}.hpu.metrics.*": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
     f"{SDK}.internal.*": "internal tools of the SDK (bridge configuration, Synapse recipe recording)",
     f"{SDK}.low_overhead_profiler.*": _TOOLS,
     f"{SDK}.media_pyt_bridge": "the Gaudi media pipeline (hardware decoders)",
@@ -92,8 +91,6 @@ MODULES: dict[str, str] = {
     f"{SDK}.utils.debug.*": _TOOLS,
     f"{SDK}.utils.distributed_utils": "helpers of the SDK's distributed emulation (PT_HPU_EMULATE_DISTRIBUTED)",
     f"{SDK}.utils.event_dispatcher": _TOOLS,
-    f"{SDK}.utils.experimental.detect_recompilation": "recompilation detection of the SDK's graph compiler: "
-    + _GRAPH_COMPILER,
     f"{SDK}.utils.experimental.distributed_emulation": "the SDK's own distributed emulation "
     "(PT_HPU_EMULATE_DISTRIBUTED); the emulated hccl runs real processes",
     f"{SDK}.utils.lib_utils": "paths of the SDK's compiled libraries",
@@ -157,12 +154,6 @@ NAMES: dict[str, dict[str, str]] = {
         "IntTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
         "LongTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
         "ShortTensor": "legacy typed-tensor constructors of the SDK's C++ bindings",
-        "InvalidMetricDumpFileFormat": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
-        "InvalidMetricDumpTrigger": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
-        "MetricNotFound": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
-        "metric_global": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
-        "metric_localcontext": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
-        "metrics_dump": "the Gaudi runtime's graph-compilation metrics: " + _GRAPH_COMPILER,
         "StreamContext": "the SDK's stream context of its C++ stream bindings; use hpu.stream(s)",
         "can_device_access_peer": "peer access between Gaudi cards (the emulated cards share one backing device)",
         "disable_const_section_serialization": _SHAPES,
@@ -214,7 +205,6 @@ NAMES: dict[str, dict[str, str]] = {
     },
     f"{SDK}.dynamo.compile_backend": {
         "bc": "the SDK's bridge configuration (internal.bridge_config, a compiled module)",
-        "enable_compiled_autograd": "compiled autograd through the SDK's graph compiler: " + _GRAPH_COMPILER,
     },
     f"{SDK}.dynamo.compile_backend.backends": {
         "get_hpu_decompositions": "the SDK's graph compiler's decompositions: " + _GRAPH_COMPILER,
@@ -228,14 +218,16 @@ NAMES: dict[str, dict[str, str]] = {
         "lazy_only": "a decorator of the SDK's lazy-mode functions",
         "logger": "the SDK's logger",
     },
+    f"{SDK}.hpu.metrics.metrics": {
+        "EventDispatcher": "the bridge's C++ event dispatcher (the SDK's utils.event_dispatcher module); the emulated "
+        "metrics listen to the emulator's own events",
+        "EventId": "the topics of the bridge's C++ event dispatcher (the SDK's utils.event_dispatcher module)",
+    },
     f"{SDK}.utils.library_loader": {
         "load_habana_module": "loads the SDK's compiled libraries (the emulator has none)",
         "load_habana_profiler": "loads the SDK's compiled profiler library (the emulator has none)",
     },
     f"{SDK}.utils.experimental": {
-        "const_shape_dataloader": "pads batches to constant shapes for Synapse graphs: " + _GRAPH_COMPILER,
-        "data_dynamicity": "measures shape dynamicity for Synapse graphs: " + _GRAPH_COMPILER,
-        "detect_recompilation_auto_model": "detects Synapse graph recompilations: " + _GRAPH_COMPILER,
         "hpu": "the hpu module under another name (use habana_frameworks.torch.hpu)",
         "htmem": "the hpu.memory module under another name (use habana_frameworks.torch.hpu.memory)",
     },

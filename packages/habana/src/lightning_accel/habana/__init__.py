@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .checkpoint_io import HPUCheckpointIO
     from .compilation import HPUCompile
     from .compile_backends import aot_hpu_inference_backend, aot_hpu_training_backend, hpu_backend
+    from .compile_metrics import HPUCompileMetrics
     from .fsdp_precision import HPUFSDPPrecision
     from .fused import fused_adamw, fused_clip_grad_norm_, fused_optimizer, fused_sdpa, use_fused_sdpa
     from .graphs import HPUGraphs
@@ -50,6 +51,7 @@ __all__ = [
     "HPUAccelerator",
     "HPUCheckpointIO",
     "HPUCompile",
+    "HPUCompileMetrics",
     "HPUFSDPPrecision",
     "HPUFSDPStrategy",
     "HPUGraphs",
@@ -75,6 +77,7 @@ __getattr__, __dir__ = lazy_exports(
         "HPUAccelerator": ".accelerator",
         "HPUCheckpointIO": ".checkpoint_io",
         "HPUCompile": ".compilation",
+        "HPUCompileMetrics": ".compile_metrics",
         "HPUFSDPPrecision": ".fsdp_precision",
         "HPUFSDPStrategy": ".strategies",
         "HPUGraphs": ".graphs",

@@ -186,6 +186,11 @@ class HPUCompile(Callback):
     step's one-off work (lazy initialisation, optimizer state) stays out of the graphs. Validation, testing and
     prediction outside ``fit`` compile when they start.
 
+    ``compiled_autograd=True`` also compiles the backward passes, through the SDK's ``enable_compiled_autograd``
+    (torch's compiled autograd, its graphs compiled with ``hpu_backend``): one graph for the whole backward instead
+    of AOT autograd's per compiled region, with the optimizer's gradient hooks inside. As the SDK's function, it is
+    process-wide and stays on after the run (the SDK has no call to turn it off).
+
     ``torch.compile`` needs the SDK's eager mode (``PT_HPU_LAZY_MODE=0``, the default since SDK 1.21); HPU graphs need
     lazy mode, so this callback and :class:`~lightning_accel.habana.HPUGraphs` are not used together.
 
@@ -196,6 +201,7 @@ class HPUCompile(Callback):
         fullgraph: ``torch.compile``'s ``fullgraph``.
         options: Settings of the SDK's ``hpu_backend``, checked when the Trainer sets up.
         from_step: The global training step from which the model runs compiled (0: from the start).
+        compiled_autograd: Compile the backward passes too (process-wide, see above).
 
     Raises:
         ConfigurationError: On an argument that is not accepted, or a Trainer whose accelerator is not an HPU.
@@ -213,6 +219,7 @@ class HPUCompile(Callback):
         fullgraph: bool = False,
         options: Mapping[str, Any] | None = None,
         from_step: int = 0,
+        compiled_autograd: bool = False,
     ) -> None:
         self.block_types = None if isinstance(regions, bool) else _check_block_types(regions, "HPUCompile(regions=...)")
         self.regions = regions is not False
@@ -223,6 +230,11 @@ class HPUCompile(Callback):
                 f"HPUCompile(from_step={from_step!r}) is not accepted: the global step (an int >= 0) from which to run "
                 "compiled, e.g. 1 to compile from the second step."
             )
+        if not isinstance(compiled_autograd, bool):
+            raise ConfigurationError(
+                f"HPUCompile(compiled_autograd={compiled_autograd!r}) is not accepted: True or False."
+            )
+        self.compiled_autograd = compiled_autograd
         self.dynamic = dynamic
         self.fullgraph = fullgraph
         self.options = options
@@ -239,11 +251,19 @@ class HPUCompile(Callback):
                 "Trainer(accelerator='hpu'), or torch.compile with another backend for other devices."
             )
         self._checked = checked_options(self.options, "HPUCompile(options=...)")
+        if not self.regions and type(pl_module).forward is LightningModule.forward:
+            raise ConfigurationError(
+                f"HPUCompile() compiles the module's forward (what self(...) runs), and {type(pl_module).__name__} "
+                "defines no forward, so nothing would be compiled. Define forward and call self(x) in the steps, or "
+                "compile the blocks the steps call: HPUCompile(regions=True) or HPUCompile(regions=[YourBlock])."
+            )
 
     def _compile(self, pl_module: LightningModule) -> None:
         if self._compiled:
             return
         self._compiled = True
+        if self.compiled_autograd:
+            sdk.compile_backend_module().enable_compiled_autograd()
         if self.regions:
             compile_regions(
                 pl_module,

@@ -163,9 +163,19 @@ def experimental_utils_module() -> ModuleType:
     return _module("utils.experimental")
 
 
+def compile_backend_module() -> ModuleType:
+    """``habana_frameworks.torch.dynamo.compile_backend``, with ``enable_compiled_autograd``."""
+    return _module("dynamo.compile_backend")
+
+
 def compile_backend_config() -> ModuleType:
     """``habana_frameworks.torch.dynamo.compile_backend.config``: the settings ``hpu_backend`` takes as ``options``."""
     return _module("dynamo.compile_backend.config")
+
+
+def metrics_module() -> ModuleType:
+    """``habana_frameworks.torch.hpu.metrics``: ``metric_global``, ``metric_localcontext``, ``metrics_dump``."""
+    return _module("hpu.metrics")
 
 
 def transformer_engine_module() -> ModuleType:

@@ -53,6 +53,16 @@ from .memory import (
     reset_accumulated_memory_stats,
     reset_peak_memory_stats,
 )
+
+# The SDK's `from .metrics import *` (hpu/__init__.py:41).
+from .metrics import (
+    InvalidMetricDumpFileFormat,
+    InvalidMetricDumpTrigger,
+    MetricNotFound,
+    metric_global,
+    metric_localcontext,
+    metrics_dump,
+)
 from .random import (
     get_rng_state,
     get_rng_state_all,
@@ -206,6 +216,9 @@ __all__ = [
     "Event",
     "HABANA_VISIBLE_MODULES_VAR",
     "HLS_MODULE_ID_VAR",
+    "InvalidMetricDumpFileFormat",
+    "InvalidMetricDumpTrigger",
+    "MetricNotFound",
     "Stream",
     "current_device",
     "current_stream",
@@ -240,6 +253,9 @@ __all__ = [
     "memory_reserved",
     "memory_stats",
     "memory_summary",
+    "metric_global",
+    "metric_localcontext",
+    "metrics_dump",
     "random",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",

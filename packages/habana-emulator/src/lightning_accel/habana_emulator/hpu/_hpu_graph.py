@@ -14,11 +14,13 @@ without dispatching through the device. Graphs and ``torch.compile`` cannot be c
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 
 import torch
 
 from ._recorder import Recorder, Recording
+from .metrics import metrics as _metrics
 
 __all__ = ["HPUGraph", "graph", "is_current_stream_capturing", "refuse_compiled"]
 
@@ -106,7 +108,11 @@ class HPUGraph:
         assert self._recorder is not None
         recorder, self._recorder = self._recorder, None
         recorder.__exit__(None, None, None)
+        # Metrics hook: the SDK compiles the captured graph into one Synapse recipe at capture end, which emits
+        # GRAPH_COMPILE (backend/synapse_helpers/graph.cpp:612-620); the emulator's counterpart is building the program.
+        started = time.perf_counter_ns()
         self._recording = Recording(recorder.program, self._inference)
+        _metrics._record_graph_compilation(f"hpu_graph_{id(self):x}", (time.perf_counter_ns() - started) // 1000)
 
     def replay(self, asynchronous: bool = False) -> None:
         """Mark a step, then run the captured work again; captured outputs are refreshed in place.

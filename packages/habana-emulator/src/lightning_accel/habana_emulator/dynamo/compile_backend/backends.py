@@ -24,6 +24,7 @@ Gaudi: both raise a ``RuntimeError`` that says to choose one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from ... import _inductor, _not_emulated
 from ...core import _LAZY_MODE_VAR
 from ...core import is_lazy as _is_lazy
 from ...hpu import graphs as _graphs
+from ...hpu.metrics import metrics as _metrics
 from . import config as hpu_backend_config
 
 __all__ = ["hpu_backend", "hpu_backend_config"]
@@ -56,6 +58,10 @@ def _refuse_lazy_mode() -> None:
         )
 
 
+def _elapsed_us(started_ns: int) -> int:
+    return (time.perf_counter_ns() - started_ns) // 1000
+
+
 @register_backend
 def hpu_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
     """The HPU backend for training and inference graphs (on the emulator: Inductor on the backing device).
@@ -69,11 +75,15 @@ def hpu_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any], *
     _refuse_lazy_mode()
     _refuse_during_capture()
     _inductor.register()
+    started = time.perf_counter_ns()
     # The settings tune Gaudi's graph compiler; Inductor compiles here, so they are checked and set, not used.
     with hpu_backend_config.patch(kwargs.get("options")):  # type: ignore[attr-defined]  # a torch config module
         compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
             graph_module, example_inputs, config_patches=_inductor.CONFIG_PATCHES
         )
+    # Metrics hook: each graph the SDK's backend compiles is a Synapse graph compilation that emits GRAPH_COMPILE
+    # (backend/synapse_helpers/graph.cpp:612-620, duration in microseconds); here Inductor's compilation is that work.
+    _metrics._record_graph_compilation(f"hpu_backend_graph_{id(graph_module):x}", _elapsed_us(started))
 
     def run(*args: Any) -> Any:
         # Compiled kernels bypass the operator recording of a capture: replaying would silently skip them.

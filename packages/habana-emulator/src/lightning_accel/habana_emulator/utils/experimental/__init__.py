@@ -12,8 +12,16 @@ from enum import Enum
 from ... import _not_emulated
 from ..._generation import GENERATIONS as _GENERATIONS
 from ..._generation import generation as _generation
+from .detect_recompilation import const_shape_dataloader, data_dynamicity, detect_recompilation_auto_model
 
-__all__ = ["_get_device_type", "_is_fp16_supported", "synDeviceType"]
+__all__ = [
+    "_get_device_type",
+    "_is_fp16_supported",
+    "const_shape_dataloader",
+    "data_dynamicity",
+    "detect_recompilation_auto_model",
+    "synDeviceType",
+]
 
 
 class synDeviceType(Enum):

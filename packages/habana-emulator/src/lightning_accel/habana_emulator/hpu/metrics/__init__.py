@@ -1,0 +1,18 @@
+"""Emulation of ``habana_frameworks.torch.hpu.metrics``: ``metric_global``, ``metric_localcontext``, ``metrics_dump``.
+
+What each metric counts on the emulator is in :mod:`.metrics`.
+"""
+
+from __future__ import annotations
+
+from .exceptions import InvalidMetricDumpFileFormat, InvalidMetricDumpTrigger, MetricNotFound
+from .metrics import metric_global, metric_localcontext, metrics_dump
+
+__all__ = [
+    "InvalidMetricDumpFileFormat",
+    "InvalidMetricDumpTrigger",
+    "MetricNotFound",
+    "metric_global",
+    "metric_localcontext",
+    "metrics_dump",
+]

@@ -1,0 +1,412 @@
+"""Emulation of ``habana_frameworks.torch.hpu.metrics.metrics``: global and local runtime metrics.
+
+The SDK's metrics (gaudi-pytorch-bridge 1.19.0, ``python_packages/habana_frameworks/torch/hpu/metrics/metrics.py``)
+subscribe to events of the bridge's C++ ``EventDispatcher``. The emulator has no such dispatcher (the SDK's
+``utils.event_dispatcher`` module is not emulated); its metrics subscribe to a small in-process dispatcher instead,
+and the emulator emits the events where it does the same work:
+
+* ``graph_compilation`` (``TotalNumber``, ``TotalTime`` and ``AvgTime`` in microseconds, ``recipe`` with
+  ``PT_HPU_METRICS_GC_DETAILS=1``): the bridge emits ``GRAPH_COMPILE`` for every Synapse graph compiled outside
+  eager mode's per-operator recipes (``backend/synapse_helpers/graph.cpp:612-620``). The emulator counts each graph
+  ``hpu_backend`` compiles (one per Dynamo graph, with Inductor's compile time) and each HPU graph capture.
+* ``cpu_fallback`` (``TotalNumber``, ``FallbackOps``): the bridge counts each operator that its boxed fallback sends
+  to the CPU (``hpu_ops/cpu_fallback.cpp:90-97``), i.e. each operator without an HPU kernel. The emulator has no
+  faithful list of which operators lack a Gaudi kernel, so it emits none: always zero, never invented.
+* ``memory_defragmentation`` (``TotalNumber``, ``TotalSuccessful``, ``AvgTime``, ``MaxTime``): the emulated device
+  memory is host memory and is never defragmented: always zero.
+* ``recipe_cache`` (``TotalHit``, ``RecipeHit``, ``TotalMiss``, ``RecipeMiss``), registered only with
+  ``PT_HPU_ENABLE_CACHE_METRICS=1`` as on the SDK: the emulator has no recipe cache: always zero.
+
+Example:
+    >>> from habana_frameworks.torch.hpu.metrics import metric_global, metric_localcontext
+    >>> dict(metric_global("graph_compilation").stats())["TotalNumber"] >= 0
+    True
+    >>> with metric_localcontext("graph_compilation") as local:
+    ...     pass
+    >>> dict(local.stats())["TotalNumber"]
+    0
+"""
+
+from __future__ import annotations
+
+import abc
+import atexit
+import itertools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from statistics import mean
+from typing import Any
+
+from ... import _not_emulated
+from .exceptions import MetricNotFound
+from .saver import MetricDumpFormat, MetricDumpTrigger, MetricSaver
+
+__all__ = [
+    "CpuFallbackMetric",
+    "GraphCompilationMetric",
+    "MemoryDefragmentationMetric",
+    "Metric",
+    "MetricDumpFormat",
+    "MetricDumpTrigger",
+    "MetricManager",
+    "MetricNotFound",
+    "MetricSaver",
+    "RecipeCacheMetric",
+    "bool_helper",
+    "metric_global",
+    "metric_localcontext",
+    "metrics_dump",
+]
+
+_EventCallback = Callable[[datetime, Sequence[tuple[str, str]]], None]
+
+# The emulator's stand-in for the bridge's EventDispatcher topics (event_dispatcher.h:33-44) that metrics listen to.
+_GRAPH_COMPILATION = "GRAPH_COMPILATION"
+_CPU_FALLBACK = "CPU_FALLBACK"
+_MEMORY_DEFRAGMENTATION = "MEMORY_DEFRAGMENTATION"
+_CACHE_HIT = "CACHE_HIT"
+_CACHE_MISS = "CACHE_MISS"
+_MARK_STEP = "MARK_STEP"
+
+_subscribers: dict[int, tuple[str, _EventCallback]] = {}
+_handles = itertools.count(1)
+
+
+def _subscribe(event: str, callback: _EventCallback) -> int:
+    handle = next(_handles)
+    _subscribers[handle] = (event, callback)
+    return handle
+
+
+def _unsubscribe(handle: int) -> None:
+    _subscribers.pop(handle, None)
+
+
+def _emit(event: str, params: Sequence[tuple[str, str]]) -> None:
+    timestamp = datetime.now()
+    for subscribed, callback in list(_subscribers.values()):
+        if subscribed == event:
+            callback(timestamp, params)
+
+
+def _record_graph_compilation(recipe: str, duration_us: int) -> None:
+    """Emulator only: report one graph compilation (what the bridge's ``GRAPH_COMPILE`` event carries)."""
+    _emit(_GRAPH_COMPILATION, [("duration", str(int(duration_us))), ("recipe", recipe)])
+
+
+def bool_helper(value: str) -> bool:
+    """Whether an environment value reads as true (``y``, ``yes``, ``t``, ``true``, ``on``, ``1``)."""
+    return value.lower() in ("y", "yes", "t", "true", "on", "1")
+
+
+class Metric(metaclass=abc.ABCMeta):
+    """A metric: a name and statistics, collected between ``start()`` and ``stop()``."""
+
+    def __init__(self) -> None:
+        self._metric_change_callback: Callable[[Any, str, Sequence[tuple[str, Any]]], None] | None = None
+
+    @abc.abstractmethod
+    def name(self) -> str:
+        """Returns metric name."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def stats(self) -> Sequence[tuple[str, Any]]:
+        """Returns list of tuples describing collected statistics."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Resets collected statistics."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Starts collecting statistics."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stops collecting statistics."""
+        raise NotImplementedError
+
+    def on_metric_change(self, callback: Callable[[Any, str, Sequence[tuple[str, Any]]], None]) -> None:
+        """Registers callback called on every metric change."""
+        self._metric_change_callback = callback
+
+    def notify(self, timestamp: Any, event_params: Any) -> None:
+        """Call the registered change callback with this metric's statistics."""
+        callback = getattr(self, "_metric_change_callback", None)
+        if callback:
+            callback(timestamp, self.name(), self.stats())
+
+
+class _SubscribedMetric(Metric):
+    # One subscription per event, started at construction, as each SDK metric does.
+    _events: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._handles: list[int] = []
+        self.start()
+
+    def _on_event(self, event: str, params: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Starts collecting statistics."""
+        if not self._handles:
+            for event in self._events:
+                self._handles.append(_subscribe(event, self._callback(event)))
+
+    def _callback(self, event: str) -> _EventCallback:
+        def callback(timestamp: datetime, event_params: Sequence[tuple[str, str]]) -> None:
+            self._on_event(event, dict(event_params))
+            self.notify(timestamp, event_params)
+
+        return callback
+
+    def stop(self) -> None:
+        """Stops collecting statistics."""
+        for handle in getattr(self, "_handles", []):
+            _unsubscribe(handle)
+        self._handles = []
+
+    def __del__(self) -> None:
+        # At interpreter exit this module's globals may already be gone; there is nothing left to unsubscribe from.
+        try:
+            self.stop()
+        except Exception:
+            pass
+
+
+class MemoryDefragmentationMetric(_SubscribedMetric):
+    """``memory_defragmentation``: ``TotalNumber``, ``TotalSuccessful``, ``AvgTime``, ``MaxTime`` (milliseconds)."""
+
+    _events = (_MEMORY_DEFRAGMENTATION,)
+
+    def __init__(self) -> None:
+        self._total_defragmentation_count = 0
+        self._total_successful_defragmentation_count = 0
+        self._defragmentation_time: list[int] = []
+        super().__init__()
+
+    def _on_event(self, event: str, params: dict[str, str]) -> None:
+        self._total_defragmentation_count += 1
+        if bool_helper(params["success"]):
+            self._total_successful_defragmentation_count += 1
+            self._defragmentation_time.append(int(params["milliseconds"]))
+
+    def name(self) -> str:
+        return "memory_defragmentation"
+
+    def stats(self) -> Sequence[tuple[str, Any]]:
+        times = self._defragmentation_time
+        return [
+            ("TotalNumber", self._total_defragmentation_count),
+            ("TotalSuccessful", self._total_successful_defragmentation_count),
+            ("AvgTime", mean(times) if times else 0),
+            ("MaxTime", max(times) if times else 0),
+        ]
+
+    def reset(self) -> None:
+        self._total_defragmentation_count = 0
+        self._total_successful_defragmentation_count = 0
+        self._defragmentation_time.clear()
+
+
+class RecipeCacheMetric(_SubscribedMetric):
+    """``recipe_cache``: ``TotalHit``, ``RecipeHit`` (per recipe), ``TotalMiss``, ``RecipeMiss`` (per recipe)."""
+
+    _events = (_CACHE_HIT, _CACHE_MISS)
+
+    def __init__(self) -> None:
+        self.total_cache_hit = 0
+        self.total_recipe_cache_hit: dict[str, int] = {}
+        self.total_cache_miss = 0
+        self.total_recipe_cache_miss: dict[str, int] = {}
+        super().__init__()
+
+    def _on_event(self, event: str, params: dict[str, str]) -> None:
+        recipe_id = params["recipe_id"]
+        if event == _CACHE_HIT:
+            self.total_cache_hit += 1
+            self.total_recipe_cache_hit[recipe_id] = self.total_recipe_cache_hit.get(recipe_id, 0) + 1
+        else:
+            self.total_cache_miss += 1
+            self.total_recipe_cache_miss[recipe_id] = self.total_recipe_cache_miss.get(recipe_id, 0) + 1
+
+    def name(self) -> str:
+        return "recipe_cache"
+
+    def stats(self) -> Sequence[tuple[str, Any]]:
+        return [
+            ("TotalHit", self.total_cache_hit),
+            ("RecipeHit", self.total_recipe_cache_hit),
+            ("TotalMiss", self.total_cache_miss),
+            ("RecipeMiss", self.total_recipe_cache_miss),
+        ]
+
+    def reset(self) -> None:
+        self.total_cache_hit = 0
+        self.total_recipe_cache_hit = {}
+        self.total_cache_miss = 0
+        self.total_recipe_cache_miss = {}
+
+
+class CpuFallbackMetric(_SubscribedMetric):
+    """``cpu_fallback``: ``TotalNumber`` and ``FallbackOps`` (operator name -> count)."""
+
+    _events = (_CPU_FALLBACK,)
+
+    def __init__(self) -> None:
+        self._total_fallback_count = 0
+        self._total_op_fallback_count: dict[str, int] = {}
+        super().__init__()
+
+    def _on_event(self, event: str, params: dict[str, str]) -> None:
+        self._total_fallback_count += 1
+        op_name = params["op_name"]
+        self._total_op_fallback_count[op_name] = self._total_op_fallback_count.get(op_name, 0) + 1
+
+    def name(self) -> str:
+        return "cpu_fallback"
+
+    def stats(self) -> Sequence[tuple[str, Any]]:
+        return [("TotalNumber", self._total_fallback_count), ("FallbackOps", self._total_op_fallback_count)]
+
+    def reset(self) -> None:
+        self._total_fallback_count = 0
+        self._total_op_fallback_count = {}
+
+
+class GraphCompilationMetric(_SubscribedMetric):
+    """``graph_compilation``: ``TotalNumber``, ``TotalTime``, ``AvgTime`` (microseconds); ``recipe`` on request."""
+
+    _events = (_GRAPH_COMPILATION,)
+
+    def __init__(self) -> None:
+        self._total_num_of_compilation = 0
+        self._total_time_of_compilation = 0
+        self._recipe_names: list[str] = []
+        self._recipe_durations: list[int] = []
+        super().__init__()
+
+    def _on_event(self, event: str, params: dict[str, str]) -> None:
+        duration = int(params["duration"])
+        self._total_num_of_compilation += 1
+        self._total_time_of_compilation += duration
+        self._recipe_names.append(params["recipe"])
+        self._recipe_durations.append(duration)
+
+    def name(self) -> str:
+        return "graph_compilation"
+
+    def stats(self) -> Sequence[tuple[str, Any]]:
+        count = self._total_num_of_compilation
+        result: dict[str, Any] = {
+            "TotalNumber": count,
+            "TotalTime": self._total_time_of_compilation,
+            "AvgTime": float(self._total_time_of_compilation) / count if count > 0 else 0,
+        }
+        if bool_helper(os.environ.get("PT_HPU_METRICS_GC_DETAILS", "")):
+            result["recipe"] = list(zip(self._recipe_names, self._recipe_durations, strict=True))
+        return list(result.items())
+
+    def reset(self) -> None:
+        # As the SDK (metrics.py:381-383): the recipe details are kept.
+        self._total_num_of_compilation = 0
+        self._total_time_of_compilation = 0
+
+
+class MetricManager:
+    """The registry of metric types and their global instances, and the process-exit dump (``metrics.py:38-104``)."""
+
+    def __init__(self) -> None:
+        self._metrics_types: dict[str, type[Metric]] = {}
+        self._global_metrics: list[Metric] = []
+        self._metric_saver = MetricSaver()
+        atexit.register(self._at_exit_callback)
+        self._mark_step_handle = _subscribe(
+            _MARK_STEP,
+            lambda timestamp, params: self._metric_saver.process_trigger(
+                MetricDumpTrigger.mark_step, self._global_metrics
+            ),
+        )
+        # The SDK enables its saver when the bridge acquires a device; the emulated device is there once the SDK loads.
+        self._metric_saver.enable()
+
+    def register(self, name: str, metric_class: type[Metric]) -> None:
+        """Register a metric type and create its global instance."""
+        assert name not in self._metrics_types, f"Metric with given name ({name}) is already registered"
+        self._metrics_types[name] = metric_class
+        self._global_metrics.append(metric_class())
+        self._global_metrics[-1].on_metric_change(self._metric_saver.metric_change_callback)
+
+    def get_global_metric(self, name: str) -> Metric | None:
+        """The global metric of ``name``, or None (the SDK returns None for an unknown name)."""
+        metrics = [m for m in self._global_metrics if m.name() == name]
+        assert len(metrics) <= 1, "There are more than one metric with given name"
+        return metrics[0] if len(metrics) == 1 else None
+
+    def get_local_metric(self, name: str) -> Metric:
+        """A fresh metric of ``name``, collecting from now on."""
+        if name in self._metrics_types:
+            return self._metrics_types[name]()
+        raise MetricNotFound(f"Metric with given name ({name}) doesn't exist.")
+
+    def _at_exit_callback(self) -> None:
+        self._metric_saver.process_trigger(MetricDumpTrigger.process_exit, self._global_metrics)
+        self._metric_saver.close()
+
+    def store_global_metrics(self, file_name: str, format: MetricDumpFormat) -> None:
+        """Write every global metric to ``file_name`` now."""
+        saver = MetricSaver(file_name, triggers=[MetricDumpTrigger.user], format=format)
+        saver.enable()
+        saver.process_trigger(MetricDumpTrigger.user, self._global_metrics)
+        saver.close()
+
+
+_metric_mgr: MetricManager
+
+
+def _init_metric_mgr() -> None:
+    global _metric_mgr
+    _metric_mgr = MetricManager()
+    _metric_mgr.register("graph_compilation", GraphCompilationMetric)
+    _metric_mgr.register("cpu_fallback", CpuFallbackMetric)
+    _metric_mgr.register("memory_defragmentation", MemoryDefragmentationMetric)
+    if bool_helper(os.environ.get("PT_HPU_ENABLE_CACHE_METRICS", "")):
+        _metric_mgr.register("recipe_cache", RecipeCacheMetric)
+
+
+_init_metric_mgr()
+
+
+def metric_global(name: str) -> Metric:
+    """Returns global metric by name (None for a name no metric has, as on the SDK)."""
+    return _metric_mgr.get_global_metric(name)  # type: ignore[return-value]
+
+
+@contextmanager
+def metric_localcontext(name: str) -> Iterator[Metric]:
+    """Context-manager metric API: collects only inside the ``with`` block.
+
+    Raises:
+        MetricNotFound: When no metric has ``name``.
+    """
+    metric = _metric_mgr.get_local_metric(name)
+    try:
+        yield metric
+    finally:
+        metric.stop()
+
+
+def metrics_dump(file_name: str, format: MetricDumpFormat = MetricDumpFormat.json) -> None:
+    """Stores global metrics in given file (a taken name gets ``.1``, ``.2`` ... appended)."""
+    _metric_mgr.store_global_metrics(file_name, format=format)
+
+
+_not_emulated.provide(globals(), "habana_frameworks.torch.hpu.metrics.metrics")

@@ -1,0 +1,174 @@
+"""The emulated ``hpu.metrics`` and ``utils.experimental.detect_recompilation`` count what the emulator compiles.
+
+Source: gaudi-pytorch-bridge 1.19.0, ``python_packages/habana_frameworks/torch/hpu/metrics/`` (names, fields, the
+local context, the dump formats) and ``backend/synapse_helpers/graph.cpp:612-620`` (a ``GRAPH_COMPILE`` event per
+Synapse graph compiled outside eager mode's per-operator recipes). The tests run in one child pytest process, as the
+compile tests do (loading the ``"hpu"`` device and Inductor's state cannot be undone).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from _child_pytest import isolated_in_child
+
+pytestmark = pytest.mark.emulator_only
+
+
+def _fresh_dynamo() -> None:
+    import lightning_accel.habana_emulator  # noqa: F401  (the SDK's load: the device and hpu_backend)
+
+    torch._dynamo.reset()
+
+
+CHILD_VAR = "LIGHTNING_ACCEL_TEST_HPU_METRICS_CHILD"
+isolated = isolated_in_child(__file__, CHILD_VAR, timeout=900, before_each=_fresh_dynamo, LIGHTNING_ACCEL_EMULATE="hpu")
+
+
+def _stats(metric: object) -> dict[str, object]:
+    return dict(metric.stats())  # type: ignore[attr-defined]
+
+
+def _compilations() -> int:
+    from lightning_accel.habana_emulator.hpu.metrics import metric_global
+
+    return int(_stats(metric_global("graph_compilation"))["TotalNumber"])  # type: ignore[arg-type]
+
+
+@isolated
+def test_the_sdks_metrics_and_fields() -> None:
+    from lightning_accel.habana_emulator.hpu import metrics
+
+    assert metrics.metric_global("no_such_metric") is None  # the SDK returns None (metrics.py:79-83)
+    assert metrics.metric_global("recipe_cache") is None  # registered only with PT_HPU_ENABLE_CACHE_METRICS=1
+    fields = {name: list(_stats(metrics.metric_global(name))) for name in ("graph_compilation", "cpu_fallback")}
+    fields["memory_defragmentation"] = list(_stats(metrics.metric_global("memory_defragmentation")))
+    assert fields == {
+        "graph_compilation": ["TotalNumber", "TotalTime", "AvgTime"],
+        "cpu_fallback": ["TotalNumber", "FallbackOps"],
+        "memory_defragmentation": ["TotalNumber", "TotalSuccessful", "AvgTime", "MaxTime"],
+    }
+    with pytest.raises(metrics.MetricNotFound, match="no_such_metric"), metrics.metric_localcontext("no_such_metric"):
+        pass
+
+
+@isolated
+def test_each_hpu_backend_compilation_counts_once_and_a_cache_hit_does_not(eager_mode: None) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) * 2 + 1
+
+    compiled = torch.compile(f, backend="hpu_backend")
+    before = _compilations()
+    compiled(torch.ones(4, 8, device="hpu"))
+    assert _compilations() == before + 1
+    compiled(torch.ones(4, 8, device="hpu"))  # the same shapes: Dynamo's cache, no compilation
+    assert _compilations() == before + 1
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    try:
+        compiled(torch.ones(2, 8, device="hpu"))  # a new shape: a recompilation
+    finally:
+        torch._dynamo.config.automatic_dynamic_shapes = True
+    assert _compilations() == before + 2
+
+
+@isolated
+def test_a_local_context_counts_only_inside_it(eager_mode: None) -> None:
+    from lightning_accel.habana_emulator.hpu.metrics import metric_localcontext
+
+    def g(x: torch.Tensor) -> torch.Tensor:
+        return x.cos() - 1
+
+    compiled = torch.compile(g, backend="hpu_backend")
+    with metric_localcontext("graph_compilation") as local:
+        compiled(torch.ones(3, device="hpu"))
+        inside = _stats(local)
+    torch.compile(lambda x: x * 3, backend="hpu_backend")(torch.ones(3, device="hpu"))
+    assert inside["TotalNumber"] == 1
+    assert _stats(local)["TotalNumber"] == 1  # stopped at the block's end
+    assert _stats(local)["TotalTime"] > 0  # microseconds of Inductor's compilation
+
+
+@isolated
+def test_an_hpu_graph_capture_counts_one_compilation(lazy_mode: None) -> None:
+    from lightning_accel.habana_emulator.hpu import graphs
+
+    x = torch.ones(2, 4, device="hpu")
+    before = _compilations()
+    g = graphs.HPUGraph()
+    with graphs.graph(g):
+        y = x * 2
+    g.replay()
+    g.replay()
+    assert _compilations() == before + 1
+    assert torch.equal(y.cpu(), torch.full((2, 4), 2.0))
+
+
+@isolated
+def test_metrics_dump_writes_the_sdks_json_and_text(tmp_path: Path) -> None:
+    from lightning_accel.habana_emulator.hpu.metrics import metrics_dump
+    from lightning_accel.habana_emulator.hpu.metrics.saver import MetricDumpFormat
+
+    metrics_dump(str(tmp_path / "m.json"))
+    metrics_dump(str(tmp_path / "m.json"))  # a taken name gets ".1" (saver.py:36-50)
+    dumped = json.loads((tmp_path / "m.json").read_text())
+    assert [entry["metric_name"] for entry in dumped] == ["graph_compilation", "cpu_fallback", "memory_defragmentation"]
+    assert dumped[0]["triggered_by"] == "user"
+    assert set(dumped[0]["statistics"]) == {"TotalNumber", "TotalTime", "AvgTime"}
+    assert json.loads((tmp_path / "m.json.1").read_text())[1]["statistics"] == {"TotalNumber": 0, "FallbackOps": {}}
+    metrics_dump(str(tmp_path / "m.txt"), MetricDumpFormat.text)
+    text = (tmp_path / "m.txt").read_text()
+    # The trigger is formatted by f-string, as on the SDK: "MetricDumpTrigger.user" or "user" by Python version.
+    first = text.splitlines()[:3]
+    assert first[0] == "Metric name: graph_compilation"
+    assert first[1].startswith("Triggered by: ") and first[1].endswith("user")
+    assert first[2].startswith("Generated on: ")
+    assert "Statistics:\n\tTotalNumber: " in text
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).relu()
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, body: torch.nn.Module) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) * 2
+
+
+@isolated
+def test_detect_recompilation_reports_the_module_that_recompiles_on_a_new_shape(
+    lazy_mode: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lightning_accel.habana_emulator.hpu import graphs
+    from lightning_accel.habana_emulator.utils.experimental import detect_recompilation_auto_model
+
+    # A lazy-mode compilation on the emulator is an HPU graph capture: the body is captured once per input shape.
+    net = _Net(graphs.wrap_in_hpu_graph(_Block().to("hpu").eval()))
+    model = detect_recompilation_auto_model(net, waittime=0, csv_out=str(tmp_path / "out"))
+    with torch.no_grad():
+        for rows in (4, 4, 2, 2):
+            model(torch.ones(rows, 8, device="hpu"))
+    model.analyse_dynamicity()
+    rows = (tmp_path / "out_1.csv").read_text().splitlines()
+    assert rows[0] == "Step,Recompiling modules,New in,New out,Class,Location,Comment"
+    # Step 0 compiles; step 2 (the first 2-row batch) recaptures the body, for its new input (inner modules first).
+    recompiled = [row.split(",") for row in rows[1:]]
+    assert [(r[0], r[1], r[2], r[6]) for r in recompiled] == [
+        ("0", "Net/body", "True", "Recompiled due to new input shape"),
+        ("0", "Net", "True", "Recompiled due to new input shape"),
+        ("2", "Net/body", "True", "Recompiled due to new input shape"),
+        ("2", "Net", "True", "Recompiled due to new input shape"),
+    ]
+    assert sorted((tmp_path / "out_2.csv").read_text().splitlines()[1:]) == ["Net,2", "Net/body,2"]
+    assert "Recompile count" in capsys.readouterr().out  # the printed table
