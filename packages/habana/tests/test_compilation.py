@@ -148,9 +148,7 @@ def test_bad_arguments_name_the_argument_and_what_is_accepted(eager_mode: None) 
         forward = LightningModule.forward  # type: ignore[assignment]
 
     trainer = Trainer(accelerator="hpu", devices=1, max_steps=1, logger=False, callbacks=[HPUCompile()])
-    with pytest.raises(
-        ConfigurationError, match=r"HPUCompile\(\) compiles the module's forward .* NoForward defines"
-    ):
+    with pytest.raises(ConfigurationError, match=r"HPUCompile\(\) compiles the module's forward .* NoForward defines"):
         trainer.fit(NoForward(), _data())
 
 

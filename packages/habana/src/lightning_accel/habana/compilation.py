@@ -75,7 +75,7 @@ def checked_options(options: Mapping[str, Any] | None, owner: str = "options") -
 
 
 def repeated_blocks(module: torch.nn.Module) -> list[torch.nn.Module]:
-    """The repeated blocks of ``module``: the children of its ``ModuleList``s whose class occurs more than once there.
+    """The repeated blocks of ``module``: children of a ``ModuleList`` whose class occurs more than once in it.
 
     A transformer's layers (``model.layers``, ``transformer.h``) are such blocks. Blocks nested inside another
     repeated block are not listed again.

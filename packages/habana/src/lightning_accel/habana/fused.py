@@ -292,8 +292,8 @@ def use_fused_sdpa(
     Inside ``module``'s forward, ``torch.nn.functional.scaled_dot_product_attention`` (what transformers' ``"sdpa"``
     attention and most hand-written attention layers call) is the fused kernel; outside it, and for tensors not on
     an HPU, it is torch's. Apply it to the module whose forward the training step calls (``self.model`` of a
-    LightningModule wrapping a transformers model); it is not meant for ``torch.compile``d modules, whose graphs the
-    compiler captures before the swap.
+    LightningModule wrapping a transformers model); it is not meant for modules compiled with ``torch.compile``,
+    whose graphs the compiler captures before the swap.
 
     Args:
         module: The model.
