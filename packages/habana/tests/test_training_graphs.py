@@ -8,7 +8,6 @@ without running the module's Python, so a counter in ``forward`` tells captures 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -80,22 +79,16 @@ def eager_losses(eager_mode: None) -> list[float]:
     return model.losses
 
 
-def _switch_to_lazy() -> Iterator[None]:
-    from conftest import _mode_fixture  # the suite's own mode switch (emulator) or skip (real SDK)
-
-    yield from _mode_fixture(True)
-
-
 @pytest.mark.emulator_only  # one process switches from eager to lazy mode: the emulator can, a real SDK cannot
-def test_fit_with_training_graphs_gives_the_losses_of_eager_mode(eager_losses: list[float]) -> None:
-    switch = _switch_to_lazy()
-    next(switch)
-    try:
-        model = Validated()
-        trainer = _trainer(callbacks=[HPUGraphs(stages=("fit",))])
-        trainer.fit(model, _loader(), _loader(rows=8, batch_size=8))
-    finally:
-        next(switch, None)
+def test_fit_with_training_graphs_gives_the_losses_of_eager_mode(
+    eager_losses: list[float], request: pytest.FixtureRequest
+) -> None:
+    # The suite's own mode switch, after the eager run: lazy mode from here until the test ends. (A fixture, not an
+    # import of conftest: under xdist another package's conftest module may be the one named "conftest".)
+    request.getfixturevalue("lazy_mode")
+    model = Validated()
+    trainer = _trainer(callbacks=[HPUGraphs(stages=("fit",))])
+    trainer.fit(model, _loader(), _loader(rows=8, batch_size=8))
     assert len(model.losses) == len(eager_losses) == 6
     torch.testing.assert_close(model.losses, eager_losses)
     # Two training shapes (16 and 8 rows) captured once each; validation (8 rows, twice) ran the plain forward.
