@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -177,8 +177,7 @@ def reset_peak_memory_stats() -> None:
 
 def default_generator() -> torch.Generator:
     """The HPU's own default generator (not the host's), a ``torch.Generator`` of device ``hpu:0``."""
-    generator: torch.Generator = device().default_generator()
-    return generator
+    return cast("torch.Generator", device().default_generator())
 
 
 def backing_alias(tensor: torch.Tensor) -> torch.Tensor:

@@ -73,6 +73,16 @@ def _check_int(owner: str, name: str, value: Any, minimum: int) -> int:
     return value
 
 
+def _checked_settings(owner: object, warmup_steps: Any, patience: Any, prefix: Any) -> tuple[int, int, str]:
+    """The tracker's and the callback's arguments, checked (the error names ``owner``'s class)."""
+    name = type(owner).__name__
+    warmup = _check_int(name, "warmup_steps", warmup_steps, 0)
+    patience = _check_int(name, "patience", patience, 1)
+    if not isinstance(prefix, str):
+        raise ConfigurationError(f"{name}(prefix={prefix!r}): accepted: a string (it may be empty).")
+    return warmup, patience, prefix
+
+
 def _shapes(batch: Any) -> tuple[tuple[int, ...], ...]:
     """The shapes of the tensors in ``batch`` (nested lists, tuples and dicts), in order."""
     if isinstance(batch, torch.Tensor):
@@ -115,12 +125,7 @@ class CompileMetricsTracker:
     """
 
     def __init__(self, warmup_steps: int = 3, patience: int = 2, prefix: str = "compile/") -> None:
-        owner = type(self).__name__
-        self.warmup_steps = _check_int(owner, "warmup_steps", warmup_steps, 0)
-        self.patience = _check_int(owner, "patience", patience, 1)
-        if not isinstance(prefix, str):
-            raise ConfigurationError(f"{owner}(prefix={prefix!r}): accepted: a string (it may be empty).")
-        self.prefix = prefix
+        self.warmup_steps, self.patience, self.prefix = _checked_settings(self, warmup_steps, patience, prefix)
         self.recompilations: list[Recompilation] = []
         self.warned = False
         self._steps = 0
@@ -238,12 +243,7 @@ class HPUCompileMetrics(Callback):
     """
 
     def __init__(self, warmup_steps: int = 3, patience: int = 2, prefix: str = "compile/") -> None:
-        owner = type(self).__name__
-        self.warmup_steps = _check_int(owner, "warmup_steps", warmup_steps, 0)
-        self.patience = _check_int(owner, "patience", patience, 1)
-        if not isinstance(prefix, str):
-            raise ConfigurationError(f"{owner}(prefix={prefix!r}): accepted: a string (it may be empty).")
-        self.prefix = prefix
+        self.warmup_steps, self.patience, self.prefix = _checked_settings(self, warmup_steps, patience, prefix)
         self.tracker: CompileMetricsTracker | None = None
         self._csv: Path | None = None
         self._written = 0
