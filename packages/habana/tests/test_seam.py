@@ -21,8 +21,8 @@ from lightning_accel.habana.plugin import PLUGIN
 UNAVAILABLE = (
     "The Habana SDK (habana-torch-plugin, import name 'habana_frameworks') is missing, so HPUs cannot be used in this "
     "process. Install the Gaudi software stack on a Gaudi machine, or set the environment variable "
-    "LIGHTNING_ACCEL_EMULATE=hpu to run on the software emulator (backed by CPU, or CUDA with "
-    "LIGHTNING_ACCEL_EMULATE_BACKEND=cuda)."
+    "LIGHTNING_ACCEL_EMULATE=hpu to run on the software emulator (backed by the CPU; it needs a CPU-only build of "
+    "torch)."
 )
 
 

@@ -33,6 +33,8 @@ __all__ = [
     "install",
     "is_installed",
     "memory_stats",
+    "refuse_cuda_backing",
+    "refuse_other_accelerator",
     "reset_peak_memory_stats",
 ]
 
@@ -73,6 +75,65 @@ def _int64_as_int32(lazy: bool) -> bool:
     return lazy and raw not in ("1", "true")
 
 
+def refuse_cuda_backing(backend: str) -> None:
+    """Refuse a backing device other than the host, saying why a GPU cannot back the HPU with this torch.
+
+    Raises:
+        ConfigurationError: For any ``backend`` but ``"cpu"``.
+    """
+    if backend == "cpu":
+        return
+    # Tried on an H200 with torch 2.11+cu130 (forward kernels ran on the GPU): a CUDA backing needs a CUDA build of
+    # torch, where CUDA is the process's one accelerator, and autograd through HPU tensors then fails (below).
+    raise ConfigurationError(
+        f"{EMULATE_BACKEND_VAR}={backend!r}: a GPU cannot back the emulated HPU with torch {torch.__version__}. A CUDA "
+        "backing needs a CUDA build of torch, and torch allows one accelerator per process, taken from the build "
+        "(at::getAccelerator): CUDA there, so autograd cannot run backward through HPU tensors. Accepted: 'cpu'; "
+        f"unset {EMULATE_BACKEND_VAR}."
+    )
+
+
+def _built_accelerator() -> str | None:
+    # Read from the build flags: asking torch.accelerator now would make torch cache its HPU hooks before the device
+    # registers them.
+    if torch.version.hip:
+        return "rocm"
+    if torch.backends.cuda.is_built():
+        return "cuda"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu._is_compiled():
+        return "xpu"
+    if torch.backends.mps.is_built():
+        return "mps"
+    return None
+
+
+def refuse_other_accelerator(accelerator: str | None) -> None:
+    """Refuse a torch built with another accelerator, before the HPU device is registered next to it.
+
+    torch (2.13 and earlier) admits one accelerator per process, chosen from the build: ``at::getAccelerator`` raises
+    "Cannot have both HPU and cuda" when two are built in, and autograd's engine needs that accelerator's streams for
+    every backward through an accelerator's tensors (``engine.cpp``: "opt_ready_stream && opt_parent_stream"). On
+    Gaudi the SDK's torch has no other accelerator built in; the emulator needs the same.
+
+    Args:
+        accelerator: The accelerator this torch is built with (``"cuda"``, ``"rocm"``, ``"xpu"``, ``"mps"``), or
+            ``None`` for a CPU-only build.
+
+    Raises:
+        ConfigurationError: When ``accelerator`` is not ``None``.
+    """
+    if accelerator is None:
+        return
+    raise ConfigurationError(
+        f"The emulated HPU (LIGHTNING_ACCEL_EMULATE=hpu) needs a CPU-only build of torch, and torch "
+        f"{torch.__version__} is built with {accelerator!r}: torch allows one accelerator per process, taken from the "
+        f"build, so beside {accelerator!r} autograd cannot run backward through HPU tensors (as on Gaudi, where the "
+        "SDK's torch has no other accelerator). Install the CPU build: pip install 'torch==<version>' --index-url "
+        "https://download.pytorch.org/whl/cpu (or unset LIGHTNING_ACCEL_EMULATE to use the real device)."
+    )
+
+
 def install(hpu_module: ModuleType, lazy: bool) -> None:
     """Load the C++ device (building it on first use) and make ``hpu_module`` torch's device module ``torch.hpu``.
 
@@ -85,7 +146,8 @@ def install(hpu_module: ModuleType, lazy: bool) -> None:
 
     Raises:
         RuntimeError: When ``torch.hpu`` is already another module (another Gaudi stack in this process).
-        ConfigurationError: When ``LIGHTNING_ACCEL_EMULATE_BACKEND`` asks for a backing other than the host.
+        ConfigurationError: When ``LIGHTNING_ACCEL_EMULATE_BACKEND`` asks for a backing other than the host, or
+            this torch is built with another accelerator (CUDA, ROCm, XPU, MPS).
         ValueError: When ``PT_ENABLE_INT64_SUPPORT`` is not a boolean.
         lightning_accel.emulated_hpu.DeviceBuildError: When the device cannot be built or loaded here.
     """
@@ -99,12 +161,8 @@ def install(hpu_module: ModuleType, lazy: bool) -> None:
                 f"torch.hpu is already {existing!r}: another Gaudi stack (the real SDK?) is loaded in this process, "
                 "so the emulated HPU cannot be installed. Unset LIGHTNING_ACCEL_EMULATE to use the real one."
             )
-        if emulation_settings().backend != "cpu":
-            # The C++ device keeps HPU memory in host memory; its CUDA backing (issue 28, item 5) is not built yet.
-            raise ConfigurationError(
-                f"{EMULATE_BACKEND_VAR}={emulation_settings().backend!r}: the emulated HPU device keeps its memory on "
-                f"the host, and its CUDA backing is not available yet. Accepted: 'cpu'; unset {EMULATE_BACKEND_VAR}."
-            )
+        refuse_cuda_backing(emulation_settings().backend)
+        refuse_other_accelerator(_built_accelerator())
         int64_as_int32 = _int64_as_int32(lazy)
         loaded = emulated_hpu.load()
         loaded.set_internal_dtypes(float64_as_float32=True, int64_as_int32=int64_as_int32)

@@ -22,7 +22,7 @@ class HPUAccelerator(Accelerator):
     """Accelerator for Intel Gaudi devices (``accelerator="hpu"``).
 
     Without Gaudi hardware, set ``LIGHTNING_ACCEL_EMULATE=hpu`` to run on the SDK emulator: the HPUs are then backed
-    by the CPU (or CUDA with ``LIGHTNING_ACCEL_EMULATE_BACKEND=cuda``).
+    by the CPU (with a CPU-only build of torch).
 
     Evaluation runs under :func:`torch.no_grad`, because HPUs do not support :func:`torch.inference_mode`.
 

@@ -123,8 +123,8 @@ def require() -> None:
     raise DeviceUnavailableError(
         f"The Habana SDK ({SDK_DISTRIBUTION}, import name '{SDK_PACKAGE}') is missing, so HPUs cannot be used in this "
         f"process. Install the Gaudi software stack on a Gaudi machine, or set the environment variable "
-        f"{EMULATE_VAR}=hpu to run on the software emulator (backed by CPU, or CUDA with "
-        "LIGHTNING_ACCEL_EMULATE_BACKEND=cuda)."
+        f"{EMULATE_VAR}=hpu to run on the software emulator (backed by the CPU; it needs a CPU-only build of "
+        "torch)."
     )
 
 
