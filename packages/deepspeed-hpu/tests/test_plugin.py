@@ -98,3 +98,19 @@ def test_unknown_stage_name_lists_the_names_the_distribution_provides() -> None:
     message = str(error.value)
     assert message.startswith("strategy='hpu_deepspeed_stage_4' is not a name lightning-accel-deepspeed-hpu ")
     assert "hpu_deepspeed_stage_3_offload_nvme" in message and "`lightning-accel list`" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "stage", "offload_optimizer"),
+    [("deepspeed", 2, False), ("deepspeed_stage_1", 1, False), ("deepspeed_stage_3_offload", 3, True)],
+)
+def test_lightnings_deepspeed_names_select_deepspeed_on_hpus_with_the_same_stage(
+    name: str, stage: int, offload_optimizer: bool
+) -> None:
+    from lightning_accel.deepspeed_hpu import HPUDeepSpeedStrategy
+
+    trainer = pl.Trainer(accelerator="hpu", devices=2, strategy=name, logger=False, enable_progress_bar=False)
+    assert type(trainer.strategy) is HPUDeepSpeedStrategy
+    zero = trainer.strategy.config["zero_optimization"]
+    assert zero["stage"] == stage
+    assert ("offload_optimizer" in zero) is offload_optimizer

@@ -36,12 +36,23 @@ def _check_same_training(results: list[dict[str, Any]], world_size: int) -> None
             assert torch.equal(other["state_dict"][name], tensor), f"{name} differs across ranks"
 
 
-@pytest.mark.parametrize("by_name", [False, True], ids=["instances", "by-name"])
-def test_two_processes_train_in_lockstep(tmp_path: Path, by_name: bool) -> None:
+@pytest.mark.parametrize(
+    "selection",
+    [
+        [],
+        ["--by-name"],
+        ["--by-name", "--strategy", "ddp"],
+        ["--by-name", "--strategy", "ddp_find_unused_parameters_true"],
+    ],
+    ids=["instances", "by-name", "lightnings-ddp", "lightnings-ddp-unused"],
+)
+def test_two_processes_train_in_lockstep(tmp_path: Path, selection: list[str]) -> None:
+    # Lightning's own names ("ddp", "ddp_find_unused_parameters_true") select HPUParallelStrategy with
+    # accelerator="hpu", as a script written for GPUs passes them.
     temporary = tmp_path / "temporary"
     temporary.mkdir()
     env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), TMPDIR=str(temporary))
-    command = [PYTHON, SCRIPT, "--out", str(tmp_path), "--devices", "2"] + (["--by-name"] if by_name else [])
+    command = [PYTHON, SCRIPT, "--out", str(tmp_path), "--devices", "2", *selection]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
     assert not list(temporary.glob("lightning-accel-*")), list(temporary.iterdir())  # the run's state file is removed
@@ -101,26 +112,28 @@ quiet = dict(max_steps=1, logger=False, enable_checkpointing=False, enable_progr
 try:
     ddp = DDPStrategy(process_group_backend="hccl")
     L.Trainer(accelerator="hpu", devices=1, strategy=ddp, **quiet).fit(BoringModel())
-except (TypeError, ValueError) as exc:  # the SDK's init_process_group has no device_id (TypeError); torch's, no index
-    print("LIGHTNING_DDP:", exc)
+except Exception as exc:  # refused before launch: the SDK's init_process_group has no device_id
+    print("LIGHTNING_DDP:", type(exc).__name__, exc)
 trainer = L.Trainer(accelerator="hpu", devices=1, strategy="hpu_parallel", **quiet)
 trainer.fit(BoringModel())
 print("HPU_PARALLEL:", trainer.strategy.root_device, torch.distributed.get_backend())
 """
 
 
-def test_lightning_ddp_fails_on_the_index_less_hpu_where_hpu_parallel_starts(tmp_path: Path) -> None:
-    # Lightning's DDPStrategy passes device_id=root_device, and torch refuses the index-less "hpu" every Gaudi process
-    # has; HPUParallelStrategy joins the process group without it.
+def test_lightnings_ddp_instance_is_refused_before_launch_naming_hpu_parallel_which_starts(tmp_path: Path) -> None:
+    # Lightning's DDPStrategy passes device_id=root_device, which the SDK's init_process_group does not take (and torch
+    # refuses for the index-less "hpu" every Gaudi process has), so an instance of it is refused before launch, naming
+    # the HPU strategy; HPUParallelStrategy joins the process group without it.
     env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     process = subprocess.run(
         [PYTHON, "-c", DEVICE_ID_SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert process.returncode == 0, process.stderr[-3000:]
     assert (
-        "LIGHTNING_DDP: Please use a device_id with index." in process.stdout
-        or "LIGHTNING_DDP: init_process_group() got an unexpected keyword argument 'device_id'" in process.stdout
-    )
+        "LIGHTNING_DDP: ConfigurationError strategy=DDPStrategy(...) is Lightning's strategy for its own devices "
+        "and does not run on accelerator='hpu'. Pass HPUParallelStrategy(...) from "
+        "lightning_accel.habana.strategies.parallel with the same arguments, or a name: 'hpu_parallel', 'ddp'"
+    ) in process.stdout
     assert "HPU_PARALLEL: hpu hccl" in process.stdout
 
 

@@ -63,12 +63,13 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--by-name", action="store_true", help="select accelerator and strategy by string")
+    parser.add_argument("--strategy", default="hpu_parallel", help="the strategy name, with --by-name")
     args = parser.parse_args()
     seed_everything(11)
     model = digits_classifier()
     train, val = digits_loaders()
     if args.by_name:
-        selection = {"accelerator": "hpu", "strategy": "hpu_parallel"}
+        selection = {"accelerator": "hpu", "strategy": args.strategy}
     else:
         selection = {
             "accelerator": HPUAccelerator(),

@@ -90,6 +90,10 @@ class StrategySpec:
         accelerator: The accelerator name the strategy runs on, when it is not the plugin's own (a strategy-only
             plugin such as DeepSpeed on Gaudi names ``"hpu"``); ``accelerator="auto"`` with this strategy then picks
             it. ``None`` means the plugin's own accelerator.
+        replaces: The name of the Lightning strategy class this strategy stands for on its accelerator (e.g.
+            ``"DDPStrategy"``): with that accelerator, each of Lightning's names registered for that class
+            (``strategy="ddp"``, ``"ddp_spawn"``, ``"ddp_find_unused_parameters_true"`` ...) selects this strategy,
+            built with the arguments Lightning's name stands for. Empty: none.
     """
 
     name: str
@@ -98,6 +102,7 @@ class StrategySpec:
     description: str = ""
     init_params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     accelerator: str | None = None
+    replaces: str = ""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ __all__ = [
     "LazyClass",
     "supports_installed_lightning",
     "VendorAccelerator",
+    "lightning_equivalents",
     "register_tree",
     "registered_trees",
     "strategy_accelerators",
@@ -114,6 +115,8 @@ class VendorAccelerator:
 _registered: dict[str, list[VendorAccelerator]] = {}
 # Per tree: registered strategy name -> (the accelerator it runs on, the lazily imported strategy class).
 _strategy_accelerators: dict[str, dict[str, tuple[str, LazyClass]]] = {}
+# Per tree: (accelerator, Lightning strategy class name) -> (the vendor strategy standing for it, its class).
+_lightning_equivalents: dict[str, dict[tuple[str, str], tuple[str, LazyClass]]] = {}
 
 
 def registered_trees() -> tuple[str, ...]:
@@ -131,6 +134,11 @@ def strategy_accelerators(tree: Tree) -> dict[str, tuple[str, LazyClass]]:
     return _strategy_accelerators.get(tree.module, {})
 
 
+def lightning_equivalents(tree: Tree) -> dict[tuple[str, str], tuple[str, LazyClass]]:
+    """``(accelerator, Lightning strategy class name)`` mapped to the registered vendor strategy that replaces it."""
+    return _lightning_equivalents.get(tree.module, {})
+
+
 def _register_plugin(plugin: DiscoveredPlugin, tree: Tree, accel_registry: Any, strategy_registry: Any) -> None:
     spec = plugin.spec
     strategies: dict[str, LazyClass] = {}
@@ -143,6 +151,8 @@ def _register_plugin(plugin: DiscoveredPlugin, tree: Tree, accel_registry: Any, 
         runs_on = strategy.accelerator or (spec.accelerators[0].name if spec.accelerators else None)
         if runs_on is not None:
             _strategy_accelerators[tree.module][strategy.name] = (runs_on, entry)
+            if strategy.replaces:
+                _lightning_equivalents[tree.module].setdefault((runs_on, strategy.replaces), (strategy.name, entry))
         strategy_registry.register(
             strategy.name, entry, description=strategy.description, override=True, **dict(strategy.init_params)
         )
@@ -188,6 +198,7 @@ def register_tree(module_name: str) -> None:
 
     _registered[tree.module] = []
     _strategy_accelerators[tree.module] = {}
+    _lightning_equivalents[tree.module] = {}
     accel_registry, strategy_registry = registries(tree)
     installed = lightning_version(tree)
     for plugin in discovered_plugins():

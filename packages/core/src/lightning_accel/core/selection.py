@@ -8,7 +8,11 @@ unchanged:
 
 - ``_check_config_and_set_final_flags``: a name that one of lightning-accel's own distributions provides, asked
   for while that distribution is not installed (or disabled), fails with what to install instead of Lightning's
-  bare "invalid name".
+  bare "invalid name". With a vendor accelerator, Lightning's own strategy names (``"ddp"``, ``"ddp_spawn"``,
+  ``"fsdp"``, ``"deepspeed_stage_2"`` ...) select the vendor strategy that declares it replaces their class
+  (:attr:`~lightning_accel.core.plugin.StrategySpec.replaces`), built with the arguments the name stands for; a
+  Lightning strategy with no such counterpart, or an instance of Lightning's class, is refused before launch,
+  naming the vendor's equivalent.
 - ``_check_device_config_and_set_final_flags``: ``devices=0`` (or ``"0"``, ``[]``) with a vendor accelerator fails
   with what is accepted and the fix (Lightning's message names neither).
 - ``_choose_auto_accelerator``: ``accelerator="auto"`` picks a vendor only when its real hardware is present, or
@@ -40,7 +44,12 @@ from lightning_accel.core.compat import (
 from lightning_accel.core.crosstree import to_tree
 from lightning_accel.core.discovery import DISABLE_VAR, disabled_names, discovered_plugins
 from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableError
-from lightning_accel.core.registration import VendorAccelerator, strategy_accelerators, vendor_accelerators
+from lightning_accel.core.registration import (
+    VendorAccelerator,
+    lightning_equivalents,
+    strategy_accelerators,
+    vendor_accelerators,
+)
 
 __all__ = ["device_info_lines", "install_selection", "is_wrapped"]
 
@@ -158,8 +167,73 @@ def _wrap_check_flags(tree: Tree, cls: type) -> None:
             if known is not None:
                 raise _missing("strategy", strategy, known, ["auto", *strategy_registry])
         original(self, *args, **kwargs)
+        _use_vendor_equivalent(tree, self)
 
     cls._check_config_and_set_final_flags = _mark(_check_config_and_set_final_flags, original)  # type: ignore[attr-defined]
+
+
+_LIGHTNING_ROOTS = ("lightning", "pytorch_lightning", "lightning_fabric")
+
+
+def _is_lightnings(cls: Any) -> bool:
+    return isinstance(cls, type) and cls.__module__.split(".")[0] in _LIGHTNING_ROOTS
+
+
+def _lightning_names(strategy_registry: Any, class_names: set[str]) -> list[str]:
+    """Lightning's own registered strategy names whose class is one of ``class_names``."""
+    return sorted(
+        name
+        for name, entry in strategy_registry.items()
+        if _is_lightnings(entry["strategy"]) and entry["strategy"].__name__ in class_names
+    )
+
+
+def _use_vendor_equivalent(tree: Tree, connector: Any) -> None:
+    """With a vendor accelerator, turn Lightning's strategy names into the vendor strategies that replace them."""
+    vendor = _vendor_for(tree, connector._accelerator_flag)
+    flag = connector._strategy_flag
+    if vendor is None or flag is None or flag == "auto":
+        return
+    accelerator = vendor.spec.name
+    _, strategy_registry = registries(tree)
+    equivalents = {
+        lightning: found
+        for (runs_on, lightning), found in lightning_equivalents(tree).items()
+        if runs_on == accelerator
+    }
+    if isinstance(flag, str):
+        if flag in strategy_accelerators(tree) or flag not in strategy_registry:
+            return
+        entry = strategy_registry[flag]
+        lightning_class = entry["strategy"]
+        if not _is_lightnings(lightning_class):
+            return
+        equivalent = equivalents.get(lightning_class.__name__)
+        if equivalent is None:
+            vendor_names = sorted(
+                n for n, (runs_on, _) in strategy_accelerators(tree).items() if runs_on == accelerator
+            )
+            raise ConfigurationError(
+                f"strategy={flag!r} is Lightning's {lightning_class.__name__}, which has no counterpart on "
+                f"accelerator={accelerator!r}. Accepted with it: Lightning's names "
+                f"{', '.join(map(repr, _lightning_names(strategy_registry, set(equivalents))))}, or the "
+                f"{accelerator.upper()} strategies {', '.join(map(repr, vendor_names))}."
+            )
+        name, vendor_class = equivalent
+        params = {**dict(strategy_registry[name]["init_params"]), **dict(entry["init_params"])}
+        connector._strategy_flag = vendor_class(**params)
+        return
+    lightning_class = type(flag)
+    equivalent = equivalents.get(lightning_class.__name__)
+    if _is_lightnings(lightning_class) and equivalent is not None:
+        name, vendor_class = equivalent
+        target = vendor_class.load()
+        aliases = _lightning_names(strategy_registry, {lightning_class.__name__})
+        raise ConfigurationError(
+            f"strategy={lightning_class.__name__}(...) is Lightning's strategy for its own devices and does not run "
+            f"on accelerator={accelerator!r}. Pass {target.__name__}(...) from {target.__module__} with the same "
+            f"arguments, or a name: {', '.join(map(repr, [name, *aliases]))}."
+        )
 
 
 def _wrap_check_devices(tree: Tree, cls: type) -> None:

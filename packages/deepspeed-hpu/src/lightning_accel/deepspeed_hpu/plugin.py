@@ -20,8 +20,12 @@ _HABANA_PLUGIN = "lightning_accel.habana.plugin:PLUGIN"
 
 
 def _strategy(name: str, description: str, **init_params: Any) -> StrategySpec:
-    # Trainer only: DeepSpeed has no Fabric strategy for HPUs here.
-    return StrategySpec(name, _STRATEGY, None, description, MappingProxyType(init_params), accelerator="hpu")
+    # Trainer only: DeepSpeed has no Fabric strategy for HPUs here. The base name stands for Lightning's
+    # DeepSpeedStrategy, so strategy="deepspeed_stage_3" with accelerator="hpu" is this strategy with stage=3.
+    replaces = "DeepSpeedStrategy" if name == "hpu_deepspeed" else ""
+    return StrategySpec(
+        name, _STRATEGY, None, description, MappingProxyType(init_params), accelerator="hpu", replaces=replaces
+    )
 
 
 _STRATEGIES = (

@@ -31,12 +31,14 @@ PLUGIN = PluginSpec(
             trainer=f"{_PKG}.strategies.single:SingleHPUStrategy",
             fabric=f"{_PKG}.fabric.strategies:SingleHPUStrategy",
             description="One HPU in one process",
+            replaces="SingleDeviceStrategy",
         ),
         StrategySpec(
             name="hpu_parallel",
             trainer=f"{_PKG}.strategies.parallel:HPUParallelStrategy",
             fabric=f"{_PKG}.fabric.strategies:HPUParallelStrategy",
             description="Distributed data parallel over HCCL, one process per HPU, multi-node",
+            replaces="DDPStrategy",
         ),
         StrategySpec(
             name="hpu_ddp",
@@ -49,6 +51,7 @@ PLUGIN = PluginSpec(
             trainer=f"{_PKG}.strategies.fsdp:HPUFSDPStrategy",
             fabric=f"{_PKG}.fabric.fsdp:HPUFSDPStrategy",
             description="Fully Sharded Data Parallel (torch FSDP) over HCCL, one process per HPU, eager mode",
+            replaces="FSDPStrategy",
         ),
     ),
     availability=f"{_PKG}.availability:availability",

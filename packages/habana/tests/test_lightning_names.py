@@ -1,0 +1,89 @@
+"""Lightning's own strategy names and classes with accelerator="hpu": a script written for GPUs changes only that."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+from lightning.fabric import Fabric
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+
+from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.habana import HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
+from lightning_accel.habana.fabric import HPUParallelStrategy as FabricHPUParallelStrategy
+
+QUIET: dict[str, Any] = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+
+
+@pytest.mark.parametrize(
+    ("name", "devices", "expected", "start_method", "ddp_kwargs"),
+    [
+        ("ddp", 2, HPUParallelStrategy, "popen", {}),
+        ("ddp_spawn", 2, HPUParallelStrategy, "spawn", {}),
+        ("ddp_fork", 2, HPUParallelStrategy, "fork", {}),
+        ("ddp_notebook", 2, HPUParallelStrategy, "fork", {}),
+        ("ddp_find_unused_parameters_true", 2, HPUParallelStrategy, "popen", {"find_unused_parameters": True}),
+        ("ddp_spawn_find_unused_parameters_false", 2, HPUParallelStrategy, "spawn", {"find_unused_parameters": False}),
+        ("fsdp", 2, HPUFSDPStrategy, None, None),
+        ("single_device", 1, SingleHPUStrategy, None, None),
+    ],
+)
+def test_lightnings_strategy_names_select_the_hpu_strategies_with_the_same_arguments(
+    name: str, devices: int, expected: type, start_method: str | None, ddp_kwargs: dict[str, Any] | None
+) -> None:
+    trainer = pl.Trainer(accelerator="hpu", devices=devices, strategy=name, **QUIET)
+    assert type(trainer.strategy) is expected
+    assert trainer.strategy.root_device.type == "hpu"
+    if start_method is not None:
+        assert trainer.strategy._start_method == start_method
+        assert trainer.strategy._ddp_kwargs == ddp_kwargs
+        assert trainer.strategy.process_group_backend == "hccl"
+
+
+def test_fsdp_cpu_offload_keeps_its_offload_on_hpus() -> None:
+    trainer = pl.Trainer(accelerator="hpu", devices=2, strategy="fsdp_cpu_offload", **QUIET)
+    assert type(trainer.strategy) is HPUFSDPStrategy
+    assert trainer.strategy.cpu_offload.offload_params is True
+
+
+@pytest.mark.parametrize(("name", "start_method"), [("ddp", "popen"), ("ddp_spawn", "spawn")])
+def test_fabric_takes_lightnings_names_on_hpus_too(name: str, start_method: str) -> None:
+    fabric = Fabric(accelerator="hpu", devices=2, strategy=name)
+    assert type(fabric.strategy) is FabricHPUParallelStrategy
+    assert fabric.strategy._start_method == start_method
+
+
+def test_a_lightning_strategy_without_an_hpu_counterpart_is_refused_naming_what_is_accepted() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        pl.Trainer(accelerator="hpu", devices=2, strategy="xla", **QUIET)
+    message = str(refused.value)
+    assert message.startswith(
+        "strategy='xla' is Lightning's XLAStrategy, which has no counterpart on accelerator='hpu'. Accepted with it: "
+        "Lightning's names 'ddp', "
+    )
+    assert "or the HPU strategies 'hpu_ddp', 'hpu_fsdp', 'hpu_parallel', 'hpu_single'" in message
+
+
+@pytest.mark.parametrize(
+    ("strategy", "hpu_class", "module"),
+    [
+        (DDPStrategy(find_unused_parameters=True), "HPUParallelStrategy", "lightning_accel.habana.strategies.parallel"),
+        (FSDPStrategy(), "HPUFSDPStrategy", "lightning_accel.habana.strategies.fsdp"),
+    ],
+    ids=["DDPStrategy", "FSDPStrategy"],
+)
+def test_an_instance_of_lightnings_class_is_refused_before_launch_naming_the_hpu_class(
+    strategy: Any, hpu_class: str, module: str
+) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        pl.Trainer(accelerator="hpu", devices=2, strategy=strategy, **QUIET)
+    assert str(refused.value).startswith(
+        f"strategy={type(strategy).__name__}(...) is Lightning's strategy for its own devices and does not run on "
+        f"accelerator='hpu'. Pass {hpu_class}(...) from {module} with the same arguments, or a name: "
+    )
+
+
+def test_cpu_keeps_lightnings_own_strategies() -> None:
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", **QUIET)
+    assert type(trainer.strategy) is DDPStrategy
