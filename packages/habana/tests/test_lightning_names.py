@@ -87,3 +87,60 @@ def test_an_instance_of_lightnings_class_is_refused_before_launch_naming_the_hpu
 def test_cpu_keeps_lightnings_own_strategies() -> None:
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", **QUIET)
     assert type(trainer.strategy) is DDPStrategy
+
+
+@pytest.fixture
+def notebook(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interactive session, as Lightning's own tests make one."""
+    import lightning.fabric.connector as fabric_connector
+    import lightning.pytorch.trainer.connectors.accelerator_connector as trainer_connector
+
+    monkeypatch.setattr(trainer_connector, "_IS_INTERACTIVE", True)
+    monkeypatch.setattr(fabric_connector, "_IS_INTERACTIVE", True)
+
+
+def test_a_notebook_takes_one_hpu_by_default_as_lightning_does_for_gpus(notebook: None) -> None:
+    trainer = pl.Trainer(accelerator="hpu", **QUIET)
+    assert trainer.num_devices == 1
+    assert type(trainer.strategy) is SingleHPUStrategy
+    assert Fabric(accelerator="hpu").world_size == 1
+
+
+def test_a_notebook_with_several_hpus_starts_them_by_fork_as_lightning_does_for_gpus(notebook: None) -> None:
+    trainer = pl.Trainer(accelerator="hpu", devices=2, **QUIET)
+    assert type(trainer.strategy) is HPUParallelStrategy
+    assert trainer.strategy._start_method == "fork"
+    fabric = Fabric(accelerator="hpu", devices=2)
+    assert fabric.strategy._start_method == "fork"
+    # Lightning's suggestion for notebooks selects the same.
+    assert pl.Trainer(accelerator="hpu", devices=2, strategy="ddp_notebook", **QUIET).strategy._start_method == "fork"
+
+
+NOTEBOOK_FIT = """
+import lightning.pytorch.trainer.connectors.accelerator_connector as connector
+connector._IS_INTERACTIVE = True  # what Lightning sees in a notebook
+import lightning.pytorch as pl
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+class Counted(BoringModel):
+    def on_train_end(self):
+        print(f"RANK {self.global_rank} TRAINED {self.trainer.global_step} STEPS", flush=True)
+
+quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+trainer = pl.Trainer(accelerator="hpu", devices=2, max_steps=3, **quiet)
+trainer.fit(Counted())
+print("STARTED BY", trainer.strategy._start_method)
+"""
+
+
+@pytest.mark.slow
+def test_two_hpus_train_from_a_notebook_started_by_fork() -> None:
+    import subprocess
+
+    from _habana_helpers import PYTHON, free_port, script_env
+
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    done = subprocess.run([PYTHON, "-c", NOTEBOOK_FIT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RANK 0 TRAINED 3 STEPS" in done.stdout and "RANK 1 TRAINED 3 STEPS" in done.stdout
+    assert "STARTED BY fork" in done.stdout

@@ -45,6 +45,8 @@ __all__ = [
     "connector_class",
     "device_info_module",
     "init_dist_connection",
+    "is_interactive",
+    "log_as_connector",
     "lightning_version",
     "misconfiguration_exception",
     "registries",
@@ -137,6 +139,18 @@ def connector_class(tree: Tree) -> type:
     module = __import__(f"{tree.module}.connector", fromlist=["_Connector"])
     fabric_connector: type = module._Connector
     return fabric_connector
+
+
+def is_interactive(tree: Tree) -> bool:
+    """Lightning's ``_IS_INTERACTIVE`` as the tree's connector reads it (a notebook or ``python -i``)."""
+    module = sys.modules[connector_class(tree).__module__]
+    return bool(getattr(module, "_IS_INTERACTIVE", False))
+
+
+def log_as_connector(tree: Tree, message: str) -> None:
+    """Log ``message`` on rank zero through the tree's connector module, where Lightning logs its own choices."""
+    module = sys.modules[connector_class(tree).__module__]
+    module.rank_zero_info(message)
 
 
 def device_info_module(tree: Tree) -> ModuleType | None:
@@ -261,6 +275,10 @@ def _connector_names(owner: str, flag_parameters: tuple[str, ...]) -> tuple[Priv
         PrivateName(owner, "_choose_auto_accelerator", "method", (), "wrapped", _SELECTION),
         PrivateName(owner, "_set_parallel_devices_and_init_accelerator", "method", ("self",), "wrapped", _SELECTION),
         PrivateName(owner, "_choose_strategy", "method", ("self",), "wrapped", _SELECTION),
+        PrivateName(owner, "_set_devices_flag_if_auto_passed", "method", ("self",), "wrapped", _SELECTION),
+        PrivateName(owner, "_devices_flag", "instance_attribute", None, "read", _SELECTION),
+        PrivateName(module, "_IS_INTERACTIVE", "attribute", None, "read", ("lightning_accel.core.compat",)),
+        PrivateName(module, "rank_zero_info", "function", None, "called", ("lightning_accel.core.compat",)),
         PrivateName(owner, "_accelerator_flag", "instance_attribute", None, "read", _SELECTION),
         PrivateName(owner, "_strategy_flag", "instance_attribute", None, "read", _SELECTION),
         PrivateName(owner, "_num_nodes_flag", "instance_attribute", None, "read", _SELECTION),

@@ -19,8 +19,11 @@ unchanged:
   when ``strategy=`` names one of the vendor's strategies and the vendor is usable (hardware or emulated).
 - ``_set_parallel_devices_and_init_accelerator``: a vendor accelerator that is neither on hardware nor emulated
   fails with the plugin's reason (which says how to turn emulation on), not Lightning's generic message.
+- ``_set_devices_flag_if_auto_passed``: in a notebook (Lightning's ``_IS_INTERACTIVE``), ``devices="auto"`` with a
+  vendor accelerator takes one device, as Lightning does for CUDA.
 - ``_choose_strategy``: one device on one node gets the plugin's single-device strategy, otherwise its parallel
-  strategy.
+  strategy; in a notebook, the vendor's replacement of Lightning's ``DDPStrategy`` started by fork, as Lightning
+  picks ``"ddp_fork"`` for CUDA.
 
 The wrap is idempotent and version-guarded: outside the tested Lightning range a vendor accelerator is refused with
 a clear message and nothing else changes.
@@ -39,6 +42,8 @@ from lightning_accel.core.compat import (
     check_lightning_version,
     connector_class,
     device_info_module,
+    is_interactive,
+    log_as_connector,
     registries,
 )
 from lightning_accel.core.crosstree import to_tree
@@ -302,6 +307,10 @@ def _wrap_choose_strategy(tree: Tree, cls: type) -> None:
         if vendor is None:
             return original(self)
         check_lightning_version(tree)
+        if self._num_nodes_flag == 1 and len(self._parallel_devices) > 1 and is_interactive(tree):
+            ddp = lightning_equivalents(tree).get((vendor.spec.name, "DDPStrategy"))
+            if ddp is not None:
+                return ddp[1](start_method="fork")
         if self._num_nodes_flag > 1 or len(self._parallel_devices) > 1:
             return vendor.spec.parallel_strategy
         name = vendor.spec.single_strategy
@@ -312,6 +321,29 @@ def _wrap_choose_strategy(tree: Tree, cls: type) -> None:
         return vendor.strategies[name](device=device, **init_params)
 
     cls._choose_strategy = _mark(_choose_strategy, original)  # type: ignore[attr-defined]
+
+
+def _wrap_devices_if_auto(tree: Tree, cls: type) -> None:
+    original = _original(cls, "_set_devices_flag_if_auto_passed")
+    entry = "Trainer" if tree.kind == "pytorch" else "Fabric"
+
+    def _set_devices_flag_if_auto_passed(self: Any) -> None:
+        vendor = _vendor_for(tree, self._accelerator_flag)
+        if vendor is not None and self._devices_flag == "auto" and is_interactive(tree):
+            count = self.accelerator.auto_device_count()
+            if count > 1:
+                name = vendor.spec.name.upper()
+                self._devices_flag = 1
+                log_as_connector(
+                    tree,
+                    f"{entry} will use only 1 of {count} {name}s because it is running inside an interactive / "
+                    f"notebook environment. You may set `{entry}(devices={count})` (started by fork), but several "
+                    "devices inside an interactive / notebook environment are experimental, as with GPUs.",
+                )
+                return
+        original(self)
+
+    cls._set_devices_flag_if_auto_passed = _mark(_set_devices_flag_if_auto_passed, original)  # type: ignore[attr-defined]
 
 
 def device_info_lines(tree: Tree, trainer: Any) -> tuple[list[str], list[str]]:
@@ -371,4 +403,5 @@ def install_selection(tree: Tree) -> None:
     _wrap_check_devices(tree, cls)
     _wrap_choose_auto_accelerator(tree, cls)
     _wrap_init_accelerator(tree, cls)
+    _wrap_devices_if_auto(tree, cls)
     _wrap_choose_strategy(tree, cls)
