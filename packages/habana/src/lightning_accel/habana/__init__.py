@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .compile_metrics import HPUCompileMetrics
     from .fsdp_precision import HPUFSDPPrecision
     from .fused import fused_adamw, fused_clip_grad_norm_, fused_optimizer, fused_sdpa, use_fused_sdpa
+    from .grad_scaler import HPUGradScaler
     from .graphs import HPUGraphs
     from .precision import HPUPrecisionPlugin
     from .profiler import HPUProfiler
@@ -54,6 +55,7 @@ __all__ = [
     "HPUCompileMetrics",
     "HPUFSDPPrecision",
     "HPUFSDPStrategy",
+    "HPUGradScaler",
     "HPUGraphs",
     "HPUParallelStrategy",
     "HPUPrecisionPlugin",
@@ -80,6 +82,7 @@ __getattr__, __dir__ = lazy_exports(
         "HPUCompileMetrics": ".compile_metrics",
         "HPUFSDPPrecision": ".fsdp_precision",
         "HPUFSDPStrategy": ".strategies",
+        "HPUGradScaler": ".grad_scaler",
         "HPUGraphs": ".graphs",
         "HPUParallelStrategy": ".strategies",
         "HPUPrecisionPlugin": ".precision",

@@ -293,6 +293,29 @@ class HPUPrecisionHooks:
         return getattr(self, "precision", None) == "bf16-true"
 
 
+def loss_scaler(precision: str, scaler: Any) -> Any:
+    """The loss scaler a plugin of ``precision`` uses: an ``HPUGradScaler`` for ``"16-mixed"``, none otherwise.
+
+    Raises:
+        ConfigurationError: For a scaler given with a precision that needs none, or one that is not a GradScaler.
+    """
+    from .grad_scaler import HPUGradScaler, hpu_scaler_like
+
+    if precision != "16-mixed":
+        if scaler is not None:
+            raise ConfigurationError(
+                f"scaler={type(scaler).__name__} was given with precision={precision!r}, which does not scale the loss "
+                "(bfloat16 has float32's range). Accepted: a scaler with precision='16-mixed' only; drop it here."
+            )
+        return None
+    if scaler is None:
+        return HPUGradScaler()
+    try:
+        return hpu_scaler_like(scaler)
+    except TypeError as error:
+        raise ConfigurationError(str(error)) from None
+
+
 def from_lightning_plugin(
     plugin: _Plugin,
     hpu_class: type[Any],
@@ -317,7 +340,14 @@ def from_lightning_plugin(
     if isinstance(plugin, hpu_class):
         return plugin
     if type(plugin).__name__ in _GENERIC:
-        return create(normalize_precision(getattr(plugin, "precision", "32-true")))
+        precision = normalize_precision(getattr(plugin, "precision", "32-true"))
+        hpu_plugin = create(precision)
+        # Lightning's MixedPrecision for "16-mixed" carries a GradScaler (the user's, or one Lightning built): its
+        # settings carry over to the HPU plugin's scaler instead of being dropped.
+        given = getattr(plugin, "scaler", None)
+        if precision == "16-mixed" and given is not None and getattr(hpu_plugin, "scaler", None) is not None:
+            hpu_plugin.scaler = loss_scaler(precision, given)  # type: ignore[attr-defined]
+        return hpu_plugin
     # A user's own subclass is their business; Lightning's device-specific plugins are not.
     if type(plugin).__module__.startswith(lightning_modules):
         raise ConfigurationError(

@@ -6,12 +6,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from lightning.pytorch.plugins.precision import Precision
 from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
 
-from ._precision_settings import HPUPrecisionHooks, PrecisionSettings, from_lightning_plugin
+from ._precision_settings import HPUPrecisionHooks, PrecisionSettings, from_lightning_plugin, loss_scaler
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -56,6 +57,10 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
             with the SDK's fused ``FusedClipNorm`` kernel (optimum-habana's ``use_fused_clip_norm``) instead of
             ``torch.nn.utils.clip_grad_norm_``. The SDK has no fused clipping by value: with this on,
             ``gradient_clip_algorithm="value"`` is refused.
+        scaler: The loss scaler of ``"16-mixed"``: an :class:`~lightning_accel.habana.HPUGradScaler` (the default),
+            or a ``torch.amp.GradScaler`` whose settings it takes. The loss is scaled before backward, gradients are
+            unscaled before clipping, and a step with inf or NaN gradients is skipped, as Lightning does on GPUs.
+            Refused with the other precisions, which need no scaling.
 
     Raises:
         ConfigurationError: For an unsupported ``precision``, ``opt_level`` or ``verbose``, a missing, unreadable or
@@ -83,6 +88,7 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         fp32_file_path: str | Path | None = None,
         device: str = "hpu",
         fused_clip_norm: bool = False,
+        scaler: Any = None,
     ) -> None:
         if not isinstance(fused_clip_norm, bool):
             raise ConfigurationError(
@@ -103,6 +109,7 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         self.fp32_file_path = fp32_file_path
         self.device = device
         self.fused_clip_norm = fused_clip_norm
+        self.scaler = loss_scaler(self.precision, scaler)
 
     @property
     def lower_ops(self) -> frozenset[str] | None:
@@ -122,9 +129,48 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         closure: Callable[[], Any],
         **kwargs: Any,
     ) -> Any:
-        """Run the optimizer step with autocast switched off; the closure's training step casts as usual."""
+        """Run the optimizer step with autocast switched off; the closure's training step casts as usual.
+
+        With ``"16-mixed"``, as Lightning's ``MixedPrecision`` does on GPUs: the gradients are unscaled after the
+        closure (before clipping), the step is skipped when they hold an inf or NaN, and the scale is updated.
+        """
+        if self.scaler is None:
+            with self._settings.no_cast_context():
+                return super().optimizer_step(optimizer, model, closure, **kwargs)
+        if isinstance(optimizer, torch.optim.LBFGS):
+            raise ConfigurationError(
+                "precision='16-mixed' with torch.optim.LBFGS: loss scaling cannot wrap LBFGS's closure, as on GPUs. "
+                "Accepted: another optimizer, or precision='bf16-mixed' (no scaling)."
+            )
+        closure_result = closure()
+        skip_unscaling = closure_result is None and model.automatic_optimization
+        if not skip_unscaling:
+            self.scaler.unscale_(optimizer)
+        self._after_closure(model, optimizer)
+        if skip_unscaling:
+            return closure_result
         with self._settings.no_cast_context():
-            return super().optimizer_step(optimizer, model, closure, **kwargs)
+            step_output = self.scaler.step(optimizer, **kwargs)
+        self.scaler.update()
+        return step_output
+
+    @override
+    def pre_backward(self, tensor: torch.Tensor, module: pl.LightningModule) -> torch.Tensor:  # type: ignore[override]
+        """Scale the loss with ``"16-mixed"``, so that small float16 gradients do not flush to zero."""
+        if self.scaler is not None:
+            tensor = self.scaler.scale(tensor)
+        return super().pre_backward(tensor, module)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The loss scaler's state (scale, growth tracker) with ``"16-mixed"``; empty otherwise."""
+        return self.scaler.state_dict() if self.scaler is not None else {}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the loss scaler's state with ``"16-mixed"``."""
+        if self.scaler is not None and state_dict:
+            self.scaler.load_state_dict(state_dict)
 
     @override
     def clip_grad_by_norm(self, optimizer: Optimizer, clip_val: int | float) -> None:

@@ -9,7 +9,13 @@ import torch
 from lightning.fabric.plugins import Precision
 from typing_extensions import override
 
-from .._precision_settings import HPUPrecisionHooks, PrecisionSettings, convert_floats, from_lightning_plugin
+from .._precision_settings import (
+    HPUPrecisionHooks,
+    PrecisionSettings,
+    convert_floats,
+    from_lightning_plugin,
+    loss_scaler,
+)
 
 __all__ = ["HPUPrecision"]
 
@@ -19,7 +25,8 @@ class HPUPrecision(HPUPrecisionHooks, Precision):
 
     The arguments and behaviour are those of :class:`~lightning_accel.habana.HPUPrecisionPlugin`: the SDK's
     ``torch.autocast(device_type="hpu")`` inside ``forward`` of modules set up by Fabric and inside
-    ``fabric.autocast()``, switched off in the optimizer step.
+    ``fabric.autocast()``, switched off in the optimizer step. With ``"16-mixed"``, ``fabric.backward`` scales the loss
+    and the optimizer step unscales, skips steps with inf or NaN gradients and updates the scale (``scaler``).
 
     Example:
         >>> from lightning.fabric import Fabric
@@ -34,18 +41,48 @@ class HPUPrecision(HPUPrecisionHooks, Precision):
         verbose: bool = False,
         bf16_file_path: str | Path | None = None,
         fp32_file_path: str | Path | None = None,
+        scaler: Any = None,
     ) -> None:
         self._settings = PrecisionSettings.create(precision, opt_level, verbose, bf16_file_path, fp32_file_path)
         self.precision = self._settings.precision  # type: ignore[assignment]
         self._init_fp8()
         self.opt_level = opt_level
         self.verbose = verbose
+        self.scaler = loss_scaler(self.precision, scaler)
+
+    @override
+    def backward(self, tensor: torch.Tensor, model: Any, *args: Any, **kwargs: Any) -> None:
+        """Backward, with the loss scaled for ``"16-mixed"``."""
+        if self.scaler is not None:
+            tensor = self.scaler.scale(tensor)
+        super().backward(tensor, model, *args, **kwargs)
 
     @override
     def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:
-        """Run the optimizer step with casting switched off."""
+        """Run the optimizer step with casting switched off (through the loss scaler with ``"16-mixed"``)."""
         with self._settings.no_cast_context():
-            return super().optimizer_step(optimizer, **kwargs)
+            if self.scaler is None:
+                return super().optimizer_step(optimizer, **kwargs)
+            step_output = self.scaler.step(optimizer, **kwargs)
+        self.scaler.update()
+        return step_output
+
+    @override
+    def unscale_gradients(self, optimizer: Any) -> None:
+        """Unscale the gradients before clipping (``fabric.clip_gradients``) with ``"16-mixed"``."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The loss scaler's state with ``"16-mixed"``; empty otherwise."""
+        return self.scaler.state_dict() if self.scaler is not None else {}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the loss scaler's state with ``"16-mixed"``."""
+        if self.scaler is not None and state_dict:
+            self.scaler.load_state_dict(state_dict)
 
     @override
     def convert_output(self, data: Any) -> Any:

@@ -1,0 +1,136 @@
+"""Loss scaling for float16 on HPUs, from operators the Gaudi SDK has.
+
+torch's ``GradScaler`` unscales and updates with two fused operators, ``_amp_foreach_non_finite_check_and_unscale_``
+and ``_amp_update_scale_``. The Gaudi bridge has no HPU kernel for either: its operator table lists both as missing
+on the HPU, and its operator statistics exclude them as "GPU backend specific" (gaudi-pytorch-bridge 1.19
+``scripts/ops_list/ops_table.csv``, ``scripts/ops_stats_data/exclude_ops.csv``). :class:`HPUGradScaler` is torch's
+scaler with those two steps written in operators every HPU runs (``isfinite``, ``mul_``, ``where``), with the same
+semantics: a step whose gradients hold an inf or NaN is skipped and the scale backs off; after ``growth_interval``
+clean steps it grows.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import torch
+from typing_extensions import override
+
+__all__ = ["HPUGradScaler", "hpu_scaler_like"]
+
+
+class HPUGradScaler(torch.amp.GradScaler):
+    """torch's ``GradScaler`` for ``"hpu"``, unscaling and updating with operators the SDK has.
+
+    ``HPUPrecisionPlugin("16-mixed")`` (``Trainer(accelerator="hpu", precision="16-mixed")``) uses one by default.
+
+    Args:
+        init_scale: The first scale factor.
+        growth_factor: The factor the scale grows by after ``growth_interval`` steps with finite gradients.
+        backoff_factor: The factor the scale shrinks by when a step finds an inf or NaN gradient (that step is skipped).
+        growth_interval: How many clean steps in a row make the scale grow.
+        enabled: ``False`` makes every method a no-op, as torch's.
+
+    Example:
+        >>> from lightning_accel.habana import HPUGradScaler, HPUPrecisionPlugin
+        >>> plugin = HPUPrecisionPlugin("16-mixed", scaler=HPUGradScaler(init_scale=2.0**12))  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        enabled: bool = True,
+    ) -> None:
+        super().__init__(
+            "hpu",
+            init_scale=init_scale,
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=growth_interval,
+            enabled=enabled,
+        )
+
+    @override
+    def _unscale_grads_(
+        self, optimizer: torch.optim.Optimizer, inv_scale: torch.Tensor, found_inf: torch.Tensor, allow_fp16: bool
+    ) -> dict[torch.device, torch.Tensor]:
+        found: dict[torch.device, torch.Tensor] = {}
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for param in group["params"]:
+                    grad = param.grad
+                    if grad is None:
+                        continue
+                    if not allow_fp16 and grad.dtype == torch.float16:
+                        raise ValueError("Attempting to unscale FP16 gradients.")
+                    if grad.is_sparse:
+                        raise ValueError(
+                            "HPUGradScaler cannot unscale sparse gradients: HPUs have dense kernels only. Use dense "
+                            "gradients (for example nn.Embedding(sparse=False))."
+                        )
+                    device = grad.device
+                    if device not in found:
+                        found[device] = found_inf.to(device, copy=True)
+                    nonfinite = (~torch.isfinite(grad)).any().to(found[device].dtype)
+                    found[device] = torch.maximum(found[device], nonfinite)
+                    grad.mul_(inv_scale.to(device))
+        return found
+
+    @override
+    def update(self, new_scale: float | torch.Tensor | None = None) -> None:
+        """Update the scale: back off after a skipped step, grow after ``growth_interval`` clean ones."""
+        if not self._enabled:
+            return
+        if new_scale is not None:
+            super().update(new_scale)
+            return
+        scale, tracker = self._check_scale_growth_tracker("update")
+        found_infs = [
+            found_inf.to(device=scale.device)
+            for state in self._per_optimizer_states.values()
+            for found_inf in state["found_inf_per_device"].values()
+        ]
+        if not found_infs:
+            raise AssertionError("No inf checks were recorded prior to update.")
+        skipped = torch.stack(found_infs).sum() > 0
+        clean_steps = tracker + 1
+        grows = clean_steps >= self._growth_interval
+        grown = scale * self._growth_factor
+        new = torch.where(
+            skipped,
+            scale * self._backoff_factor,
+            torch.where(grows & torch.isfinite(grown), grown, scale),
+        )
+        scale.copy_(new)
+        tracker.copy_(torch.where(skipped | grows, torch.zeros_like(tracker), clean_steps))
+        self._per_optimizer_states = defaultdict(torch.amp.grad_scaler._refresh_per_optimizer_state)
+
+
+def hpu_scaler_like(scaler: Any) -> HPUGradScaler:
+    """The HPU scaler for a user's ``torch.amp.GradScaler``: the same settings and current scale.
+
+    An :class:`HPUGradScaler` is returned as it is; a disabled scaler of another device (torch disables a CUDA scaler
+    where CUDA is missing) gives the default one.
+    """
+    if isinstance(scaler, HPUGradScaler):
+        return scaler
+    if not isinstance(scaler, torch.amp.GradScaler):
+        raise TypeError(
+            f"scaler={type(scaler).__name__} is not a torch.amp.GradScaler. Accepted: an HPUGradScaler, or a "
+            "torch.amp.GradScaler whose settings it takes."
+        )
+    if not scaler.is_enabled():
+        # torch disables a CUDA scaler where CUDA is missing: that is the one Lightning builds for "16-mixed" before
+        # the HPU strategy swaps its precision plugin, not a user's wish to train without scaling.
+        return HPUGradScaler(enabled=getattr(scaler, "_device", "cuda") != "hpu")
+    hpu = HPUGradScaler(
+        init_scale=scaler.get_scale(),
+        growth_factor=scaler.get_growth_factor(),
+        backoff_factor=scaler.get_backoff_factor(),
+        growth_interval=scaler.get_growth_interval(),
+    )
+    return hpu
