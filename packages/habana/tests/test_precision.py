@@ -387,3 +387,21 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
         HPUPrecisionPlugin("bf16-mixed", bf16_file_path=bf16, fp32_file_path=both)
     with pytest.raises(ConfigurationError, match=r"precision='64-true' is not supported on HPUs"):
         Trainer(accelerator="hpu", devices=1, precision="64-true")
+
+
+@pytest.mark.parametrize(
+    ("precision", "hint"),
+    [
+        ("16-true", "'16-mixed' computes in float16 with float32 weights, and 'bf16-true' gives 16-bit weights"),
+        ("transformer-engine", "Gaudi's fp8 training is precision='fp8'"),
+        ("64-true", "Gaudi has no float64"),
+    ],
+)
+def test_a_refused_precision_names_what_to_use_instead(precision: str, hint: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        HPUPrecisionPlugin(precision)
+    assert str(refused.value).startswith(f"precision={precision!r} is not supported on HPUs. Accepted: 'bf16-mixed'")
+    assert hint in str(refused.value)
+    if precision == "16-true":  # Lightning's HalfPrecision, swapped for the HPU plugin by the strategy
+        with pytest.raises(ConfigurationError, match=hint.replace("(", r"\(")):
+            Trainer(accelerator="hpu", devices=1, precision=precision)

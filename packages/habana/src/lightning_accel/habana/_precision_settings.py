@@ -51,10 +51,26 @@ def normalize_precision(precision: Any) -> str:
     value = _ALIASES.get(precision, precision)
     if value not in PRECISIONS:
         raise ConfigurationError(
-            f"precision={precision!r} is not supported on HPUs. Accepted: {_ACCEPTED}. For float16 weights use "
-            "'16-mixed'; 64-bit and 'transformer-engine' precisions are not available on HPUs."
+            f"precision={precision!r} is not supported on HPUs. Accepted: {_ACCEPTED}.{_hint(value)}"
         )
     return str(value)
+
+
+def _hint(value: Any) -> str:
+    """What to use instead of a precision HPUs do not take."""
+    if value == "16-true":
+        return (
+            " The HPU plugins keep float16 for mixed precision only: '16-mixed' computes in float16 with float32 "
+            "weights, and 'bf16-true' gives 16-bit weights (bfloat16)."
+        )
+    if isinstance(value, str) and value.startswith("transformer-engine"):
+        return (
+            " NVIDIA's Transformer Engine does not run on HPUs; Gaudi's fp8 training is precision='fp8' (the SDK's "
+            "Transformer Engine, Gaudi2 and later)."
+        )
+    if value in (64, "64", "64-true"):
+        return " Gaudi has no float64: the SDK computes float64 in float32."
+    return ""
 
 
 @dataclass(frozen=True)
