@@ -143,6 +143,19 @@ def test_memory_stats_follow_real_allocations() -> None:
     assert hpu.max_memory_allocated() < grown["InUse"]
 
 
+def test_a_host_view_keeps_the_device_memory_it_views_alive() -> None:
+    # A host library can still hold the view after the HPU tensor is dropped (an asynchronous collective whose input
+    # the caller let go, as torch's bf16_compress_hook does): the memory must stay the device's until the view dies.
+    from lightning_accel.habana_emulator import _native
+
+    base = hpu_module.memory_stats()["InUse"]
+    view = _native.backing_alias(torch.full((1024,), 3.0, device=HPU))  # the HPU tensor is a temporary
+    assert hpu_module.memory_stats()["InUse"] == base + 4096
+    assert view.sum().item() == 3.0 * 1024
+    del view
+    assert hpu_module.memory_stats()["InUse"] == base
+
+
 def test_memory_stats_see_gradients() -> None:
     layer = torch.nn.Linear(256, 256).to(HPU)
     before = hpu_module.memory_allocated()

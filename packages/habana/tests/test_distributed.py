@@ -212,3 +212,17 @@ def test_two_ranks_started_by_mpirun(tmp_path: Path) -> None:
     _check_same_training(results, 2)
     assert [r["environment"] for r in results] == ["MPIEnvironment"] * 2
     assert [r["hls_module_id"] for r in results] == ["0", "1"]
+
+
+@pytest.mark.parametrize("hook", ["bf16", "fp16-wrapper", "post-localsgd"])
+def test_ddp_communication_hooks_run_on_hpus_as_lightning_runs_them_on_gpus(tmp_path: Path, hook: str) -> None:
+    # Lightning's DDPStrategy registers ddp_comm_hook / ddp_comm_wrapper only on "cuda"; on HPUs they were accepted
+    # and silently ignored, and post-localSGD's default subgroups need torch.cuda.device_count().
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    command = [PYTHON, SCRIPT, "--out", str(tmp_path), "--devices", "2", "--comm-hook", hook]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = _results(tmp_path, 2)
+    assert all(r["hook_calls"] > 0 for r in results), [r["hook_calls"] for r in results]
+    if hook != "post-localsgd":  # post-localSGD lets the replicas drift between averages
+        _check_same_training(results, 2)

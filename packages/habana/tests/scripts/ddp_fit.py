@@ -20,6 +20,37 @@ from lightning.pytorch import Callback, LightningModule, Trainer, seed_everythin
 
 from lightning_accel.habana import HPUAccelerator, HPUParallelStrategy
 
+HOOK_CALLS = [0]
+
+
+def _counted(hook: Any) -> Any:
+    # Unannotated: torch checks a hook's annotations against dist.GradBucket and Future, and this module's are strings.
+    def counted_hook(state, bucket):  # type: ignore[no-untyped-def]
+        HOOK_CALLS[0] += 1
+        return hook(state, bucket)
+
+    return counted_hook
+
+
+def _comm_hook(name: str) -> dict[str, Any]:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, post_localSGD_hook
+
+    if name == "bf16":
+        return {"ddp_comm_hook": _counted(default_hooks.bf16_compress_hook)}
+    if name == "fp16-wrapper":
+        return {
+            "ddp_comm_hook": _counted(default_hooks.allreduce_hook),
+            "ddp_comm_wrapper": default_hooks.fp16_compress_wrapper,
+        }
+    if name == "post-localsgd":
+        state = post_localSGD_hook.PostLocalSGDState(process_group=None, subgroup=None, start_localSGD_iter=4)
+        return {
+            "ddp_comm_state": state,
+            "ddp_comm_hook": _counted(post_localSGD_hook.post_localSGD_hook),
+            "model_averaging_period": 2,
+        }
+    return {}
+
 
 class _Record(Callback):
     def __init__(self, out: Path) -> None:
@@ -52,6 +83,7 @@ class _Record(Callback):
                 "hls_module_id": os.environ.get("HLS_MODULE_ID"),
                 "rendezvous": (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")),
                 "state_dict": {k: v.detach().cpu() for k, v in pl_module.state_dict().items()},
+                "hook_calls": HOOK_CALLS[0],
             },
             self.out / f"rank{trainer.global_rank}.pt",
         )
@@ -64,6 +96,7 @@ def main() -> None:
     parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--by-name", action="store_true", help="select accelerator and strategy by string")
     parser.add_argument("--strategy", default="hpu_parallel", help="the strategy name, with --by-name")
+    parser.add_argument("--comm-hook", default="", help="bf16, fp16-wrapper or post-localsgd")
     args = parser.parse_args()
     seed_everything(11)
     model = digits_classifier()
@@ -73,7 +106,9 @@ def main() -> None:
     else:
         selection = {
             "accelerator": HPUAccelerator(),
-            "strategy": HPUParallelStrategy(parallel_devices=[torch.device("hpu")] * args.devices),
+            "strategy": HPUParallelStrategy(
+                parallel_devices=[torch.device("hpu")] * args.devices, **_comm_hook(args.comm_hook)
+            ),
         }
     trainer = Trainer(
         **selection,

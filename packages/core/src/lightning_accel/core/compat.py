@@ -46,6 +46,7 @@ __all__ = [
     "device_info_module",
     "init_dist_connection",
     "is_interactive",
+    "register_ddp_comm_hook",
     "log_as_connector",
     "lightning_version",
     "misconfiguration_exception",
@@ -185,6 +186,17 @@ def init_dist_connection(cluster_environment: Any, backend: str, **kwargs: Any) 
     _init_dist_connection(cluster_environment, backend, **kwargs)
 
 
+def register_ddp_comm_hook(model: Any, state: Any, hook: Any, wrapper: Any) -> None:
+    """Lightning's ``_register_ddp_comm_hook``: register a DDP communication hook (and wrapper) on ``model``.
+
+    Lightning's ``DDPStrategy`` calls it for CUDA devices only; the function itself is torch's ``register_comm_hook``
+    with Lightning's wrapper handling, for any device. Nothing happens when ``hook`` is ``None``.
+    """
+    from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
+
+    _register_ddp_comm_hook(model=model, ddp_comm_state=state, ddp_comm_hook=hook, ddp_comm_wrapper=wrapper)
+
+
 def set_num_threads_if_needed(num_processes: int) -> None:
     """Lightning's ``_set_num_threads_if_needed``: share the host's threads among the processes of a run.
 
@@ -311,6 +323,14 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                         _HCCL),
         )
     ),
+    PrivateName("lightning.pytorch.overrides.distributed", "_register_ddp_comm_hook", "function",
+                ("model", "ddp_comm_state", "ddp_comm_hook", "ddp_comm_wrapper"), "called",
+                ("lightning_accel.core.compat",)),
+    PrivateName("lightning.pytorch.strategies:DDPStrategy", "_register_ddp_hooks", "method", ("self",), "overridden",
+                ("lightning_accel.habana.strategies.parallel",)),
+    *(PrivateName("lightning.pytorch.strategies:DDPStrategy", name, "instance_attribute", None, "read",
+                  ("lightning_accel.habana.strategies.parallel",))
+      for name in ("_ddp_comm_state", "_ddp_comm_hook", "_ddp_comm_wrapper")),
     PrivateName("lightning.fabric.utilities.distributed", "_set_num_threads_if_needed", "function",
                 ("num_processes",), "called", ("lightning_accel.core.compat", *_RANK_WATCH)),
     # MFU (core.throughput): the peak-FLOPs lookup and the compute dtype, in the two throughput modules (the

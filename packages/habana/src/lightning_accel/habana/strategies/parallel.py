@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.strategies import DDPStrategy
+from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
+
+from lightning_accel.core.compat import register_ddp_comm_hook
 
 from .. import sdk
 from .._hccl_strategy import HCCLStrategyMixin
@@ -52,6 +55,12 @@ class HPUParallelStrategy(
         process_group_backend: The ``torch.distributed`` backend; ``"hccl"``.
         timeout: Timeout of collective operations.
         start_method: How Lightning starts the processes of this node (``"popen"`` re-runs the script).
+        ddp_comm_state: The state of ``ddp_comm_hook``, as for Lightning's ``DDPStrategy``.
+        ddp_comm_hook: A DDP communication hook (``torch.distributed.algorithms.ddp_comm_hooks``), registered on the
+            HPU model as Lightning registers it on GPUs. HCCL reduces float32 and bfloat16 natively and float16 as
+            float32, so ``bf16_compress_hook`` halves the gradient traffic and ``fp16_compress_hook`` does not.
+        ddp_comm_wrapper: A wrapper of ``ddp_comm_hook`` (e.g. ``fp16_compress_wrapper``).
+        model_averaging_period: Post-localSGD's averaging period, with ``post_localSGD_hook`` and its state.
         **kwargs: Passed to :class:`torch.nn.parallel.DistributedDataParallel`.
 
     Example:
@@ -95,6 +104,20 @@ class HPUParallelStrategy(
             start_method=start_method,
             **kwargs,
         )
+
+    @override
+    def _register_ddp_hooks(self) -> None:
+        # Lightning registers the hooks only for "cuda"; torch's hooks run on any process group, HCCL's included.
+        if not isinstance(self.model, DistributedDataParallel):
+            return
+        from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import PostLocalSGDState
+
+        state = self._ddp_comm_state
+        if isinstance(state, PostLocalSGDState) and state.subgroup is None:
+            # torch makes post-localSGD's intra-node groups from torch.cuda.device_count(), which is 0 beside HPUs:
+            # the groups are this node's processes, one per HPU.
+            state.subgroup, _ = torch.distributed.new_subgroups(group_size=self.num_processes)
+        register_ddp_comm_hook(self.model, state, self._ddp_comm_hook, self._ddp_comm_wrapper)
 
     @classmethod
     @override

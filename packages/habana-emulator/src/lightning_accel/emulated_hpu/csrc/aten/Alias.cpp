@@ -10,7 +10,10 @@ namespace {
 constexpr c10::DispatchKeySet kHPUKeys{c10::DispatchKey::HPU};
 constexpr c10::DispatchKeySet kBackingKeys{c10::DispatchKey::CPU};
 
-void no_delete(void*) {}
+// The alias keeps the HPU storage it views alive, as any view keeps its base: a host library may still be using
+// the alias after the HPU tensor is gone (an asynchronous collective whose input the caller dropped, as torch's
+// bf16_compress_hook drops its compressed bucket).
+void release_viewed_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
 
 void copy_bits(const at::Tensor& from, const at::Tensor& to) {
   if (from.is_conj()) {
@@ -32,10 +35,11 @@ c10::DispatchKeySet hpu_keys_like(const at::Tensor& backing_tensor) {
 at::Tensor backing_alias(const at::Tensor& hpu_tensor, bool resizable) {
   const auto& storage = hpu_tensor.storage();
   void* data = storage.unsafeGetStorageImpl()->mutable_data();
-  // The alias borrows the memory: it must never free it. A kernel that resizes an out= argument reallocates
-  // through the host allocator, which the fallback then hands back to the HPU storage.
+  // The alias shares the memory: it never frees it, it only holds the HPU storage. A kernel that resizes an out=
+  // argument reallocates through the host allocator, which the fallback then hands back to the HPU storage.
   c10::Storage alias_storage(c10::Storage::use_byte_size_t(), storage.nbytes(),
-                             c10::DataPtr(data, data, &no_delete, c10::Device(c10::DeviceType::CPU)),
+                             c10::DataPtr(data, new c10::Storage(storage), &release_viewed_storage,
+                                          c10::Device(c10::DeviceType::CPU)),
                              resizable ? c10::GetCPUAllocator() : nullptr, resizable);
   auto alias = at::detail::make_tensor<c10::TensorImpl>(std::move(alias_storage), kBackingKeys, hpu_tensor.dtype());
   alias.unsafeGetTensorImpl()->set_sizes_and_strides(hpu_tensor.sizes(), hpu_tensor.strides(),
