@@ -144,3 +144,17 @@ def test_two_hpus_train_from_a_notebook_started_by_fork() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "RANK 0 TRAINED 3 STEPS" in done.stdout and "RANK 1 TRAINED 3 STEPS" in done.stdout
     assert "STARTED BY fork" in done.stdout
+
+
+def test_on_gaudi_hardware_a_gpu_scripts_ddp_without_accelerator_selects_the_hpu_strategy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # accelerator="auto" (Lightning's default) picks the HPU where Gaudi hardware is found; Lightning's names then
+    # select the HPU strategies as they do with accelerator="hpu".
+    import lightning_accel.habana.availability as availability
+    from lightning_accel.core.plugin import Availability
+
+    monkeypatch.setattr(availability, "availability", lambda: Availability("hardware", "8 Gaudi cards (test)", 8))
+    trainer = pl.Trainer(strategy="ddp", devices=2, **QUIET)
+    assert trainer.accelerator.__class__.__name__ == "HPUAccelerator"
+    assert type(trainer.strategy) is HPUParallelStrategy

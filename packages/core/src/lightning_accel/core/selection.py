@@ -2,13 +2,16 @@
 
 Lightning 2.6's connectors know only cpu, cuda, mps and xla: for ``accelerator="hpu"`` with ``strategy="auto"`` the
 Trainer raises "HPU is currently not supported", and for any other registered name it silently picks a CPU
-strategy. The core wraps five methods of the Trainer's and Fabric's connector classes. For a vendor accelerator
+strategy. The core wraps seven methods of the Trainer's and Fabric's connector classes. For a vendor accelerator
 (given as a name or an instance) the wrap asks the vendor plugin; everything else reaches Lightning's own code
 unchanged:
 
 - ``_check_config_and_set_final_flags``: a name that one of lightning-accel's own distributions provides, asked
   for while that distribution is not installed (or disabled), fails with what to install instead of Lightning's
-  bare "invalid name". With a vendor accelerator, Lightning's own strategy names (``"ddp"``, ``"ddp_spawn"``,
+  bare "invalid name".
+- ``_set_parallel_devices_and_init_accelerator``: a vendor accelerator that is neither on hardware nor emulated
+  fails with the plugin's reason (which says how to turn emulation on), not Lightning's generic message. With a
+  vendor accelerator (named, or chosen by ``"auto"``), Lightning's own strategy names (``"ddp"``, ``"ddp_spawn"``,
   ``"fsdp"``, ``"deepspeed_stage_2"`` ...) select the vendor strategy that declares it replaces their class
   (:attr:`~lightning_accel.core.plugin.StrategySpec.replaces`), built with the arguments the name stands for; a
   Lightning strategy with no such counterpart, or an instance of Lightning's class, is refused before launch,
@@ -17,8 +20,6 @@ unchanged:
   with what is accepted and the fix (Lightning's message names neither).
 - ``_choose_auto_accelerator``: ``accelerator="auto"`` picks a vendor only when its real hardware is present, or
   when ``strategy=`` names one of the vendor's strategies and the vendor is usable (hardware or emulated).
-- ``_set_parallel_devices_and_init_accelerator``: a vendor accelerator that is neither on hardware nor emulated
-  fails with the plugin's reason (which says how to turn emulation on), not Lightning's generic message.
 - ``_set_devices_flag_if_auto_passed``: in a notebook (Lightning's ``_IS_INTERACTIVE``), ``devices="auto"`` with a
   vendor accelerator takes one device, as Lightning does for CUDA.
 - ``_choose_strategy``: one device on one node gets the plugin's single-device strategy, otherwise its parallel
@@ -172,7 +173,6 @@ def _wrap_check_flags(tree: Tree, cls: type) -> None:
             if known is not None:
                 raise _missing("strategy", strategy, known, ["auto", *strategy_registry])
         original(self, *args, **kwargs)
-        _use_vendor_equivalent(tree, self)
 
     cls._check_config_and_set_final_flags = _mark(_check_config_and_set_final_flags, original)  # type: ignore[attr-defined]
 
@@ -291,6 +291,8 @@ def _wrap_init_accelerator(tree: Tree, cls: type) -> None:
         vendor = _vendor_for(tree, self._accelerator_flag)
         if vendor is not None:
             _require_usable(tree, vendor)
+            # Here the accelerator is known, also when "auto" chose it (a GPU script run on Gaudi hardware).
+            _use_vendor_equivalent(tree, self)
         original(self)
 
     cls._set_parallel_devices_and_init_accelerator = _mark(  # type: ignore[attr-defined]
