@@ -606,6 +606,61 @@ def test_hccl_collectives_on_hpu_tensors() -> None:
         assert f"ok {rank}" in output
 
 
+_SYNC_BATCH_NORM_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import torch
+    import torch.distributed as dist
+    import habana_frameworks.torch.distributed.hccl
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("hccl", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    batch = torch.randn(8, 4, 5) * 3 + 1
+    weights = torch.arange(20.0).reshape(1, 4, 5)
+    reference = torch.nn.BatchNorm1d(4)  # the whole batch in one process, on the host
+    whole = batch.clone().requires_grad_()
+    expected = reference(whole)
+    (expected * weights).sum().backward()
+    synced = torch.nn.SyncBatchNorm(4).to("hpu")  # each rank holds half of the batch
+    half = batch[rank * 4 : (rank + 1) * 4].clone().to("hpu").requires_grad_()
+    out = synced(half)
+    (out * weights.to("hpu")).sum().backward()
+    rows = slice(rank * 4, (rank + 1) * 4)
+    torch.testing.assert_close(out.detach().cpu(), expected[rows].detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(synced.running_mean.cpu(), reference.running_mean, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(synced.running_var.cpu(), reference.running_var, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(half.grad.cpu(), whole.grad[rows], atol=1e-4, rtol=1e-4)
+    weight_grad = synced.weight.grad.clone()
+    dist.all_reduce(weight_grad)
+    torch.testing.assert_close(weight_grad.cpu(), reference.weight.grad, atol=1e-4, rtol=1e-4)
+    dist.destroy_process_group()
+    print("ok", rank)
+    """
+)
+
+
+@isolated
+def test_sync_batch_norm_over_two_hpus_equals_batch_norm_over_the_whole_batch() -> None:
+    # The SDK has HPU kernels for SyncBatchNorm's five operators (hpu_op.yaml); the CPU, whose kernels the device
+    # runs, has none. And all_gather_into_tensor fills its output rank after rank in memory, as HCCL does.
+    port = str(free_port())
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SYNC_BATCH_NORM_SCRIPT],
+            env={**env, "RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [proc.communicate(timeout=240)[0] for proc in procs]
+    for rank, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"rank {rank}:\n{output}"
+        assert f"ok {rank}" in output
+
+
 @isolated
 def test_backward_runs_through_autograds_device_thread() -> None:
     # The C++ device's guard gives autograd's HPU worker thread what it needs (streams, events): hooks run once.

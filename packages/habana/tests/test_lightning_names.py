@@ -158,3 +158,37 @@ def test_on_gaudi_hardware_a_gpu_scripts_ddp_without_accelerator_selects_the_hpu
     trainer = pl.Trainer(strategy="ddp", devices=2, **QUIET)
     assert trainer.accelerator.__class__.__name__ == "HPUAccelerator"
     assert type(trainer.strategy) is HPUParallelStrategy
+
+
+SYNC_BATCHNORM_FIT = """
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+class WithBatchNorm(BoringModel):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(32)
+
+    def forward(self, x):
+        return self.layer(self.norm(x))
+
+    def on_train_end(self):
+        print(f"RANK {self.global_rank} {type(self.norm).__name__} {self.trainer.global_step}", flush=True)
+
+quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+trainer = pl.Trainer(accelerator="hpu", devices=2, strategy="ddp_fork", sync_batchnorm=True, max_steps=3, **quiet)
+trainer.fit(WithBatchNorm(), torch.utils.data.DataLoader(torch.randn(64, 32), batch_size=8))
+"""
+
+
+@pytest.mark.slow
+def test_sync_batchnorm_trains_on_two_hpus() -> None:
+    import subprocess
+
+    from _habana_helpers import PYTHON, free_port, script_env
+
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    done = subprocess.run([PYTHON, "-c", SYNC_BATCHNORM_FIT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RANK 0 SyncBatchNorm 3" in done.stdout and "RANK 1 SyncBatchNorm 3" in done.stdout

@@ -169,6 +169,9 @@ def install(hpu_module: ModuleType, lazy: bool) -> None:
         if existing is None:
             torch._register_device_module("hpu", hpu_module)
         _register_convolution()
+        from . import _sync_batch_norm
+
+        _sync_batch_norm.register()
         _device = loaded
 
 

@@ -89,8 +89,21 @@ def _on_host_views(op: Any, *args: Any, **kwargs: Any) -> Any:
         return view
 
     args, kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, alias, (args, kwargs))
+    if op is torch.ops.c10d._allgather_base_.default:
+        args = _rows_per_rank(*args)
     result = op(*args, **kwargs)
     return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: originals.get(id(t), t), result)
+
+
+def _rows_per_rank(output: torch.Tensor, input: torch.Tensor, group: Any, *rest: Any) -> tuple[Any, ...]:
+    # all_gather_into_tensor fills the output rank after rank in memory, whatever its shape (SyncBatchNorm gathers
+    # into shape (1, world * n)), as HCCL and NCCL do; gloo splits the output along dimension 0 instead, so it gets
+    # a view with one row per rank over the same memory.
+    world = output.numel() // max(input.numel(), 1)
+    if output.is_contiguous() and world > 0 and output.dim() > 0 and output.shape[0] != world:
+        output = output.view(world, -1)
+        input = input.reshape(1, -1)
+    return (output, input, group, *rest)
 
 
 def _is_hccl(group: Any) -> bool:
