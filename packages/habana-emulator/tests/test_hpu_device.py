@@ -586,13 +586,13 @@ _ALL_REDUCE_SCRIPT = textwrap.dedent(
 )
 
 
-@isolated
-def test_hccl_collectives_on_hpu_tensors() -> None:
+def _run_two_ranks(script: str) -> None:
+    """Run ``script`` as ranks 0 and 1 of one job; each must exit cleanly and print ``ok <rank>``."""
     port = str(free_port())
     env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2")
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _ALL_REDUCE_SCRIPT],
+            [sys.executable, "-c", script],
             env={**env, "RANK": str(rank)},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -604,6 +604,11 @@ def test_hccl_collectives_on_hpu_tensors() -> None:
     for rank, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == 0, f"rank {rank}:\n{output}"
         assert f"ok {rank}" in output
+
+
+@isolated
+def test_hccl_collectives_on_hpu_tensors() -> None:
+    _run_two_ranks(_ALL_REDUCE_SCRIPT)
 
 
 _SYNC_BATCH_NORM_SCRIPT = textwrap.dedent(
@@ -643,22 +648,7 @@ _SYNC_BATCH_NORM_SCRIPT = textwrap.dedent(
 def test_sync_batch_norm_over_two_hpus_equals_batch_norm_over_the_whole_batch() -> None:
     # The SDK has HPU kernels for SyncBatchNorm's five operators (hpu_op.yaml); the CPU, whose kernels the device
     # runs, has none. And all_gather_into_tensor fills its output rank after rank in memory, as HCCL does.
-    port = str(free_port())
-    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _SYNC_BATCH_NORM_SCRIPT],
-            env={**env, "RANK": str(rank)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    outputs = [proc.communicate(timeout=240)[0] for proc in procs]
-    for rank, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
-        assert proc.returncode == 0, f"rank {rank}:\n{output}"
-        assert f"ok {rank}" in output
+    _run_two_ranks(_SYNC_BATCH_NORM_SCRIPT)
 
 
 @isolated

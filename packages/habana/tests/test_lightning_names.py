@@ -116,6 +116,18 @@ def test_a_notebook_with_several_hpus_starts_them_by_fork_as_lightning_does_for_
     assert pl.Trainer(accelerator="hpu", devices=2, strategy="ddp_notebook", **QUIET).strategy._start_method == "fork"
 
 
+def _run_script(code: str) -> str:
+    """Run ``code`` in a fresh interpreter of its own (the processes it starts are real); returns its output."""
+    import subprocess
+
+    from _habana_helpers import PYTHON, free_port, script_env
+
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    done = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 NOTEBOOK_FIT = """
 import lightning.pytorch.trainer.connectors.accelerator_connector as connector
 connector._IS_INTERACTIVE = True  # what Lightning sees in a notebook
@@ -135,15 +147,9 @@ print("STARTED BY", trainer.strategy._start_method)
 
 @pytest.mark.slow
 def test_two_hpus_train_from_a_notebook_started_by_fork() -> None:
-    import subprocess
-
-    from _habana_helpers import PYTHON, free_port, script_env
-
-    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    done = subprocess.run([PYTHON, "-c", NOTEBOOK_FIT], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "RANK 0 TRAINED 3 STEPS" in done.stdout and "RANK 1 TRAINED 3 STEPS" in done.stdout
-    assert "STARTED BY fork" in done.stdout
+    stdout = _run_script(NOTEBOOK_FIT)
+    assert "RANK 0 TRAINED 3 STEPS" in stdout and "RANK 1 TRAINED 3 STEPS" in stdout
+    assert "STARTED BY fork" in stdout
 
 
 def test_on_gaudi_hardware_a_gpu_scripts_ddp_without_accelerator_selects_the_hpu_strategy(
@@ -184,11 +190,5 @@ trainer.fit(WithBatchNorm(), torch.utils.data.DataLoader(torch.randn(64, 32), ba
 
 @pytest.mark.slow
 def test_sync_batchnorm_trains_on_two_hpus() -> None:
-    import subprocess
-
-    from _habana_helpers import PYTHON, free_port, script_env
-
-    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    done = subprocess.run([PYTHON, "-c", SYNC_BATCHNORM_FIT], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "RANK 0 SyncBatchNorm 3" in done.stdout and "RANK 1 SyncBatchNorm 3" in done.stdout
+    stdout = _run_script(SYNC_BATCHNORM_FIT)
+    assert "RANK 0 SyncBatchNorm 3" in stdout and "RANK 1 SyncBatchNorm 3" in stdout

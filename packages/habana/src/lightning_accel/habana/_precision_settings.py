@@ -208,10 +208,20 @@ class HPUPrecisionHooks:
 
     _settings: PrecisionSettings
     recipe: Any = None
+    scaler: Any = None  # the loss scaler of "16-mixed" (loss_scaler)
     replace_layers: bool = False
     fp8_train_available: bool = False
     fp8_inference_available: bool = False
     _inference: _fp8_inference.InferenceRun
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loss scaler's state (scale, growth tracker) with ``"16-mixed"``; empty otherwise."""
+        return self.scaler.state_dict() if self.scaler is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the loss scaler's state with ``"16-mixed"``."""
+        if self.scaler is not None and state_dict:
+            self.scaler.load_state_dict(state_dict)
 
     def _init_fp8(self) -> None:
         # What lightning-habana 1.7's plugin reported: fp8 training where the device has fp8 (checked by the

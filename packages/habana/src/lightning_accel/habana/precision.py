@@ -162,17 +162,6 @@ class HPUPrecisionPlugin(HPUPrecisionHooks, Precision):
         return super().pre_backward(tensor, module)
 
     @override
-    def state_dict(self) -> dict[str, Any]:
-        """The loss scaler's state (scale, growth tracker) with ``"16-mixed"``; empty otherwise."""
-        return self.scaler.state_dict() if self.scaler is not None else {}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the loss scaler's state with ``"16-mixed"``."""
-        if self.scaler is not None and state_dict:
-            self.scaler.load_state_dict(state_dict)
-
-    @override
     def clip_grad_by_norm(self, optimizer: Optimizer, clip_val: int | float) -> None:
         """Clip by total L2 norm: with the SDK's ``FusedClipNorm`` when ``fused_clip_norm``, else as Lightning does."""
         if not self.fused_clip_norm:

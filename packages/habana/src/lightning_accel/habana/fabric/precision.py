@@ -74,17 +74,6 @@ class HPUPrecision(HPUPrecisionHooks, Precision):
             self.scaler.unscale_(optimizer)
 
     @override
-    def state_dict(self) -> dict[str, Any]:
-        """The loss scaler's state with ``"16-mixed"``; empty otherwise."""
-        return self.scaler.state_dict() if self.scaler is not None else {}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the loss scaler's state with ``"16-mixed"``."""
-        if self.scaler is not None and state_dict:
-            self.scaler.load_state_dict(state_dict)
-
-    @override
     def convert_output(self, data: Any) -> Any:
         """Floating-point outputs back in the default dtype for ``"bf16-true"``."""
         return convert_floats(data, torch.get_default_dtype()) if self.precision == "bf16-true" else data
