@@ -13,7 +13,14 @@ from _habana_helpers import PYTHON, SCRIPTS, free_port, script_env
 from lightning.fabric import Fabric
 
 from lightning_accel.core.errors import ConfigurationError
-from lightning_accel.habana import HPUAccelerator, HPUFSDPPrecision, HPUFSDPStrategy, HPUPrecisionPlugin, sdk
+from lightning_accel.habana import (
+    HPUAccelerator,
+    HPUFSDPPrecision,
+    HPUFSDPStrategy,
+    HPUPrecisionPlugin,
+    HPUShardedGradScaler,
+    sdk,
+)
 from lightning_accel.habana import fabric as hpu_fabric
 
 
@@ -42,7 +49,7 @@ def test_trainer_fsdp_shards_trains_and_resumes(tmp_path: Path, sharded: bool) -
         assert result["strategy"] == "HPUFSDPStrategy"
         assert result["plugin"] == "HPUFSDPPrecision"
         assert result["backend"] == "hccl"
-        assert result["mixed_precision"] == [torch.float32, torch.bfloat16, torch.float32]
+        assert result["mixed_precision"] == [torch.bfloat16] * 3  # Lightning's: bfloat16 copies of the weights
         assert result["state_dict_type"] == ("sharded" if sharded else "full")
         assert result["first"]["devices"] == ["hpu", "hpu"]  # batch and parameters inside training_step
     _check_half_each([r["first"]["local_numel"] for r in results], results[0]["total_numel"])
@@ -75,6 +82,59 @@ def test_fabric_fsdp_shards_trains_saves_and_loads(tmp_path: Path, full: bool) -
         assert result["optimizer_steps"]
         assert len(set(result["optimizer_steps"])) == 1
         assert result["checkpoint_is_dir"] is not full
+
+
+@pytest.mark.slow
+@pytest.mark.emulator_only  # reads the emulator's exact allocation accounting
+def test_trainer_fsdp_precisions_keep_lightnings_dtypes_and_memory(tmp_path: Path) -> None:
+    # strategy="fsdp" (Lightning's name, mapped to hpu_fsdp) with each precision, one FSDP unit of 85002 parameters
+    # trained with Adam on two ranks; then "16-mixed" with a step whose inf gradient sits in rank 1's shard only.
+    results = _run("fsdp_precisions.py", tmp_path)
+    for result in results:
+        runs = {name: result[name] for name in ("32-true", "bf16-mixed", "bf16-true", "16-mixed")}
+        expected = {  # sharded weights, weights gathered for the forward pass, the last layer's output
+            "32-true": (torch.float32, torch.float32, torch.float32),
+            "bf16-mixed": (torch.float32, torch.bfloat16, torch.bfloat16),
+            "bf16-true": (torch.bfloat16, torch.bfloat16, torch.bfloat16),
+            "16-mixed": (torch.float32, torch.float16, torch.float16),
+        }
+        for name, run in runs.items():
+            assert run["strategy"] == "HPUFSDPStrategy"
+            assert (run["shard_dtype"], run["forward_weight_dtype"], run["forward_output_dtype"]) == expected[name]
+            assert run["val_acc"] > 0.85, (name, run["val_acc"])
+            assert run["scaler"] == ("HPUShardedGradScaler" if name == "16-mixed" else "NoneType")
+        assert runs["bf16-mixed"]["mixed_precision"] == [torch.bfloat16] * 3
+        assert runs["16-mixed"]["mixed_precision"] == [torch.float16] * 3
+        assert runs["32-true"]["mixed_precision"] is None
+        # Device memory between steps (shards, gradients, Adam's moments; measured 696912 bytes in float32) and its
+        # peak during a step, above what the run started with.
+        steady = {name: run["steady_bytes"] - run["baseline_bytes"] for name, run in runs.items()}
+        peak = {name: run["peak_bytes"] - run["baseline_bytes"] for name, run in runs.items()}
+        assert abs(steady["bf16-mixed"] - steady["32-true"]) <= 64  # float32 shards either way
+        assert peak["bf16-mixed"] < peak["32-true"] - 4 * 85002 // 2  # the gathered copy is bfloat16
+        assert 0.45 < steady["bf16-true"] / steady["32-true"] < 0.55  # everything sharded is bfloat16
+        assert peak["bf16-true"] < peak["bf16-mixed"]
+
+        overflow = result["overflow"]
+        # Step 3 finds an inf on rank 1 only; both ranks skip it (rank 0's shard is finite) and halve the scale of
+        # the user's scaler (init_scale=1024).
+        assert overflow["scaler"] == "HPUShardedGradScaler"
+        assert overflow["scales"] == [1024.0, 1024.0, 1024.0, 512.0, 512.0, 512.0]
+        assert overflow["shard_changed"] == [True, True, True, False, True, True]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16-true", "16-mixed"])
+def test_fabric_fsdp_precisions(tmp_path: Path, precision: str) -> None:
+    results = _run("fsdp_precisions.py", tmp_path, "--fabric", "--precision", precision)
+    low = torch.bfloat16 if precision == "bf16-true" else torch.float16
+    weights = torch.bfloat16 if precision == "bf16-true" else torch.float32
+    for result in results:
+        assert result["plugin"] == "HPUFSDPPrecision"
+        assert result["made_dtype"] == result["shard_dtype"] == weights  # fabric.init_module() makes them so
+        assert result["forward_weight_dtype"] == result["forward_output_dtype"] == low
+        assert result["scaler"] == ("HPUShardedGradScaler" if precision == "16-mixed" else "NoneType")
+        assert result["last_loss"] < 0.4 * result["first_loss"]
 
 
 @pytest.mark.slow
@@ -129,6 +189,16 @@ def test_hpu_fsdp_by_name_in_both_trees_and_fabric() -> None:
     assert isinstance(fabric.strategy.precision, hpu_fabric.HPUFSDPPrecision)
 
 
+def test_16_mixed_by_name_scales_the_loss_on_hpus_without_a_cuda_warning(recwarn: pytest.WarningsRecorder) -> None:
+    trainer = pl.Trainer(accelerator="hpu", devices=2, strategy="fsdp", precision="16-mixed", logger=False)
+    fabric = Fabric(accelerator="hpu", devices=2, strategy="fsdp", precision="16-mixed")
+    for plugin in (trainer.strategy.precision_plugin, fabric.strategy.precision):
+        assert type(plugin).__name__ == "HPUFSDPPrecision"
+        assert isinstance(plugin.scaler, HPUShardedGradScaler) and plugin.scaler.is_enabled()
+    # torch warns that the CUDA scaler Lightning builds first is disabled: not the HPU plugin's, so not shown.
+    assert not [w for w in recwarn if "CUDA is not available" in str(w.message)]
+
+
 def test_defaults_are_built_per_instance() -> None:
     first, second = HPUFSDPStrategy(), HPUFSDPStrategy()
     assert first.checkpoint_io is not second.checkpoint_io
@@ -142,25 +212,37 @@ def test_defaults_are_built_per_instance() -> None:
 # --- bad input --------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("precision", ["16-mixed", "bf16-true"])
-def test_precisions_fsdp_does_not_run_on_hpus_are_refused(precision: str) -> None:
+def test_true_float16_is_refused_with_what_to_use() -> None:
     match = (
-        rf"HPUFSDPPrecision\(precision='{precision}'\) is not supported\. Accepted: 'bf16-mixed' or '32-true'\. "
-        r"FSDP on HPUs keeps float32 weights"
+        r"HPUFSDPPrecision\(precision='16-true'\) is not supported\. Accepted: 'bf16-mixed', 'bf16-true', '16-mixed' "
+        r"\(Gaudi2 and later\) or '32-true'\. The HPU plugins keep float16 for mixed precision only: '16-mixed' "
+        r"computes in float16 with float32 weights, and 'bf16-true' gives 16-bit weights \(bfloat16\)\."
     )
     with pytest.raises(ConfigurationError, match=match):
-        pl.Trainer(accelerator="hpu", devices=2, strategy="hpu_fsdp", precision=precision, logger=False)
+        pl.Trainer(accelerator="hpu", devices=2, strategy="hpu_fsdp", precision="16-true", logger=False)
     with pytest.raises(ConfigurationError, match=match):
-        Fabric(accelerator="hpu", devices=2, strategy="hpu_fsdp", precision=precision)
+        Fabric(accelerator="hpu", devices=2, strategy="fsdp", precision="16-true")
     with pytest.raises(ConfigurationError, match=match):
-        HPUFSDPPrecision(precision)
+        HPUFSDPPrecision("16-true")
+
+
+def test_a_scaler_without_float16_is_refused() -> None:
+    match = (
+        r"scaler=GradScaler was given with precision='bf16-mixed', which does not scale the loss \(bfloat16 has "
+        r"float32's range\)\. Accepted: a scaler with precision='16-mixed' only; drop it here\."
+    )
+    with pytest.raises(ConfigurationError, match=match):
+        HPUFSDPPrecision("bf16-mixed", scaler=torch.amp.GradScaler("hpu"))
+    with pytest.raises(ConfigurationError, match=r"scaler=str is not a torch\.amp\.GradScaler\. Accepted: an "):
+        hpu_fabric.HPUFSDPPrecision("16-mixed", scaler="dynamic")
 
 
 def test_a_precision_plugin_that_does_not_fit_is_refused() -> None:
     match = (
         r"HPUFSDPStrategy cannot use the precision plugin HPUPrecisionPlugin \(precision='bf16-mixed'\): torch FSDP "
         r"casts parameters and gradients itself, so the strategy needs HPUFSDPPrecision\. Accepted: "
-        r"Trainer\(precision=\.\.\.\) with 'bf16-mixed' or '32-true', or plugins=\[HPUFSDPPrecision\('bf16-mixed'\)\]"
+        r"Trainer\(precision=\.\.\.\) with 'bf16-mixed', 'bf16-true', '16-mixed' \(Gaudi2 and later\) or '32-true', "
+        r"or plugins=\[HPUFSDPPrecision\('bf16-mixed'\)\]"
     )
     with pytest.raises(ConfigurationError, match=match):
         pl.Trainer(

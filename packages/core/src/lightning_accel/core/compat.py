@@ -288,6 +288,7 @@ def _connector_names(owner: str, flag_parameters: tuple[str, ...]) -> tuple[Priv
         PrivateName(owner, "_set_parallel_devices_and_init_accelerator", "method", ("self",), "wrapped", _SELECTION),
         PrivateName(owner, "_choose_strategy", "method", ("self",), "wrapped", _SELECTION),
         PrivateName(owner, "_set_devices_flag_if_auto_passed", "method", ("self",), "wrapped", _SELECTION),
+        PrivateName(owner, "_check_and_init_precision", "method", ("self",), "wrapped", _SELECTION),
         PrivateName(owner, "_devices_flag", "instance_attribute", None, "read", _SELECTION),
         PrivateName(module, "_IS_INTERACTIVE", "attribute", None, "read", ("lightning_accel.core.compat",)),
         PrivateName(module, "rank_zero_info", "function", None, "called", ("lightning_accel.core.compat",)),

@@ -2,7 +2,7 @@
 
 Lightning 2.6's connectors know only cpu, cuda, mps and xla: for ``accelerator="hpu"`` with ``strategy="auto"`` the
 Trainer raises "HPU is currently not supported", and for any other registered name it silently picks a CPU
-strategy. The core wraps seven methods of the Trainer's and Fabric's connector classes. For a vendor accelerator
+strategy. The core wraps eight methods of the Trainer's and Fabric's connector classes. For a vendor accelerator
 (given as a name or an instance) the wrap asks the vendor plugin; everything else reaches Lightning's own code
 unchanged:
 
@@ -22,6 +22,10 @@ unchanged:
   when ``strategy=`` names one of the vendor's strategies and the vendor is usable (hardware or emulated).
 - ``_set_devices_flag_if_auto_passed``: in a notebook (Lightning's ``_IS_INTERACTIVE``), ``devices="auto"`` with a
   vendor accelerator takes one device, as Lightning does for CUDA.
+- ``_check_and_init_precision``: Lightning builds its precision plugin (the vendor strategy swaps it for its own);
+  with a vendor accelerator, torch's warning that the CUDA loss scaler Lightning builds for ``"16-mixed"`` under
+  FSDP is disabled without CUDA is not shown, since the vendor plugin scales the loss instead (Lightning silences
+  the same warning for its other ``"16-mixed"`` plugin).
 - ``_choose_strategy``: one device on one node gets the plugin's single-device strategy, otherwise its parallel
   strategy; in a notebook, the vendor's replacement of Lightning's ``DDPStrategy`` started by fork, as Lightning
   picks ``"ddp_fork"`` for CUDA.
@@ -33,6 +37,8 @@ a clear message and nothing else changes.
 from __future__ import annotations
 
 import inspect
+import re
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -325,6 +331,22 @@ def _wrap_choose_strategy(tree: Tree, cls: type) -> None:
     cls._choose_strategy = _mark(_choose_strategy, original)  # type: ignore[attr-defined]
 
 
+_CUDA_SCALER_DISABLED = "torch.cuda.amp.GradScaler is enabled, but CUDA is not available"
+
+
+def _wrap_init_precision(tree: Tree, cls: type) -> None:
+    original = _original(cls, "_check_and_init_precision")
+
+    def _check_and_init_precision(self: Any) -> Any:
+        if _vendor_for(tree, self._accelerator_flag) is None:
+            return original(self)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=re.escape(_CUDA_SCALER_DISABLED))
+            return original(self)
+
+    cls._check_and_init_precision = _mark(_check_and_init_precision, original)  # type: ignore[attr-defined]
+
+
 def _wrap_devices_if_auto(tree: Tree, cls: type) -> None:
     original = _original(cls, "_set_devices_flag_if_auto_passed")
     entry = "Trainer" if tree.kind == "pytorch" else "Fabric"
@@ -406,4 +428,5 @@ def install_selection(tree: Tree) -> None:
     _wrap_choose_auto_accelerator(tree, cls)
     _wrap_init_accelerator(tree, cls)
     _wrap_devices_if_auto(tree, cls)
+    _wrap_init_precision(tree, cls)
     _wrap_choose_strategy(tree, cls)

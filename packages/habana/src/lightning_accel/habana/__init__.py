@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .compile_metrics import HPUCompileMetrics
     from .fsdp_precision import HPUFSDPPrecision
     from .fused import fused_adamw, fused_clip_grad_norm_, fused_optimizer, fused_sdpa, use_fused_sdpa
-    from .grad_scaler import HPUGradScaler
+    from .grad_scaler import HPUGradScaler, HPUShardedGradScaler
     from .graphs import HPUGraphs
     from .precision import HPUPrecisionPlugin
     from .profiler import HPUProfiler
@@ -60,6 +60,7 @@ __all__ = [
     "HPUParallelStrategy",
     "HPUPrecisionPlugin",
     "HPUProfiler",
+    "HPUShardedGradScaler",
     "SingleHPUStrategy",
     "__version__",
     "aot_hpu_inference_backend",
@@ -87,6 +88,7 @@ __getattr__, __dir__ = lazy_exports(
         "HPUParallelStrategy": ".strategies",
         "HPUPrecisionPlugin": ".precision",
         "HPUProfiler": ".profiler",
+        "HPUShardedGradScaler": ".grad_scaler",
         "SingleHPUStrategy": ".strategies",
         "aot_hpu_inference_backend": ".compile_backends",
         "aot_hpu_training_backend": ".compile_backends",

@@ -3,7 +3,8 @@
 Lightning-free (the classes of both trees, and their ``pytorch_lightning`` twins, call it), so that each rule has one
 home:
 
-- the precisions FSDP runs on HPUs (``"bf16-mixed"``, ``"32-true"``) and the :class:`MixedPrecision` each gives;
+- the precisions FSDP runs on HPUs (``"bf16-mixed"``, ``"bf16-true"``, ``"16-mixed"``, ``"32-true"``) and the
+  :class:`MixedPrecision` each gives (Lightning's);
 - which precision plugins the strategies take, and the error for the others;
 - eager mode only: Intel Gaudi runs FSDP in eager mode (``PT_HPU_LAZY_MODE=0``, the default since SDK 1.21).
   Sources: Intel Gaudi documentation, "Using Fully Sharded Data Parallel (FSDP) with Intel Gaudi"
@@ -28,6 +29,7 @@ import torch
 from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
+from ._precision_settings import loss_scaler, require_float16
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecision
@@ -49,24 +51,32 @@ __all__ = [
     "refuse_plugin",
 ]
 
-ACCEPTED_PRECISIONS = ("bf16-mixed", "32-true")
+ACCEPTED_PRECISIONS = ("bf16-mixed", "bf16-true", "16-mixed", "32-true")
 """The precisions FSDP runs on HPUs."""
 
-_ACCEPTED_TEXT = "'bf16-mixed' or '32-true'"
+_ACCEPTED_TEXT = "'bf16-mixed', 'bf16-true', '16-mixed' (Gaudi2 and later) or '32-true'"
 
 
 def check_precision(precision: Any, owner: str) -> str:
     """``precision`` if FSDP runs it on HPUs.
 
     Raises:
-        ConfigurationError: For any other precision, with the accepted ones.
+        ConfigurationError: For any other precision, with the accepted ones; for ``"16-mixed"`` on a Gaudi without
+            float16.
     """
     if precision in ACCEPTED_PRECISIONS:
+        if precision == "16-mixed":
+            require_float16()
         return str(precision)
+    hint = (
+        " The HPU plugins keep float16 for mixed precision only: '16-mixed' computes in float16 with float32 "
+        "weights, and 'bf16-true' gives 16-bit weights (bfloat16)."
+        if precision == "16-true"
+        else ""
+    )
     raise ConfigurationError(
-        f"{owner}(precision={precision!r}) is not supported. Accepted: {_ACCEPTED_TEXT}. FSDP on HPUs keeps float32 "
-        "weights and runs either the SDK's bfloat16 autocast ('bf16-mixed') or float32 ('32-true'); float16 and true "
-        "half precision are not offered. Use Trainer/Fabric(precision='bf16-mixed')."
+        f"{owner}(precision={precision!r}) is not supported. Accepted: {_ACCEPTED_TEXT}.{hint} Use "
+        "Trainer/Fabric(precision='bf16-mixed') for Lightning's usual mixed precision."
     )
 
 
@@ -102,16 +112,18 @@ def check_unsupported_fp8_arguments(recipe: Any, replace_layers: bool) -> None:
 def mixed_precision_config(precision: str) -> MixedPrecision | None:
     """The :class:`torch.distributed.fsdp.MixedPrecision` of ``precision``; ``None`` for ``"32-true"``.
 
-    ``"bf16-mixed"`` keeps parameters and buffers in float32 (the SDK's autocast picks each operator's dtype, as on
-    one HPU) and reduces gradients in bfloat16, which halves the reduce-scatter traffic. lightning-habana used the
-    same parameter and reduction dtypes but cast buffers to bfloat16, which rounds running statistics such as
-    BatchNorm's; pass ``mixed_precision=`` to the strategy for another choice.
+    Lightning's choice for each precision: FSDP keeps the sharded parameters in their own dtype (float32 for the
+    mixed precisions, bfloat16 for ``"bf16-true"``, whose module is converted before sharding) and gathers them for
+    the forward and backward passes in the 16-bit dtype, reduces gradients in it (half the reduce-scatter traffic)
+    and casts buffers to it. Pass ``mixed_precision=`` to the strategy for another choice, for example float32
+    buffers to keep BatchNorm's running statistics unrounded.
     """
-    if precision != "bf16-mixed":
+    if precision == "32-true":
         return None
     from torch.distributed.fsdp import MixedPrecision
 
-    return MixedPrecision(param_dtype=torch.float32, reduce_dtype=torch.bfloat16, buffer_dtype=torch.float32)
+    dtype = torch.float16 if precision == "16-mixed" else torch.bfloat16
+    return MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype)
 
 
 STATE_DICT_TYPES = ("full", "sharded")
@@ -138,7 +150,10 @@ def hpu_precision_plugin(
     if isinstance(plugin, hpu_class):
         return plugin
     if type(plugin) is fsdp_class:
-        return hpu_class(plugin.precision)  # type: ignore[attr-defined,call-arg]
+        # Lightning's plugin for "16-mixed" carries a ShardedGradScaler (the user's, or one Lightning built): the
+        # HPU plugin's scaler takes its settings.
+        scaler = getattr(plugin, "scaler", None)
+        return hpu_class(plugin.precision, scaler=scaler)  # type: ignore[attr-defined,call-arg]
     if type(plugin) is base_class:
         return hpu_class("32-true")  # type: ignore[call-arg]
     raise refuse_plugin("HPUFSDPStrategy", plugin, tree_hint)
@@ -227,18 +242,31 @@ def fsdp_device(hpu: torch.device) -> torch.device:
 class HPUFSDPPrecisionRules:
     """The body of the Trainer's and Fabric's ``HPUFSDPPrecision``: put before the tree's ``FSDPPrecision``.
 
-    Checks the arguments, gives FSDP its ``MixedPrecision`` and runs ``"bf16-mixed"`` forwards in the SDK's autocast;
-    the tree's ``FSDPPrecision`` does the rest.
+    Checks the arguments, gives FSDP its ``MixedPrecision``, runs the mixed precisions' forwards in the SDK's autocast
+    and scales the loss of ``"16-mixed"`` with an :class:`~lightning_accel.habana.HPUShardedGradScaler`; the tree's
+    ``FSDPPrecision`` does the rest (``"bf16-true"``: the module converted to bfloat16 before sharding, and made in
+    bfloat16 under ``init_module``).
     """
 
     precision: Any
 
     def __init__(
-        self, precision: str, device: str = "hpu", recipe: Any | None = None, replace_layers: bool = False
+        self,
+        precision: str,
+        device: str = "hpu",
+        recipe: Any | None = None,
+        replace_layers: bool = False,
+        scaler: Any = None,
     ) -> None:
         check_device(device)
         check_unsupported_fp8_arguments(recipe, replace_layers)
-        super().__init__(check_precision(precision, "HPUFSDPPrecision"))  # type: ignore[call-arg]
+        precision = check_precision(precision, "HPUFSDPPrecision")
+        scaler = loss_scaler(precision, scaler, sharded=True)
+        # Lightning's FSDPPrecision reads self.precision before it sets it, and keeps a given scaler only as None:
+        # handing it one spares building torch's CUDA ShardedGradScaler, and the HPU one is set after.
+        self.precision = precision
+        super().__init__(precision, scaler=scaler)  # type: ignore[call-arg]
+        self.scaler = scaler
         self.device = device
 
     @property
@@ -247,8 +275,10 @@ class HPUFSDPPrecisionRules:
         return mixed_precision_config(self.precision)
 
     def forward_context(self) -> AbstractContextManager[Any]:
-        """The SDK's bfloat16 autocast for ``"bf16-mixed"``; float32 as the default dtype for ``"32-true"``."""
+        """The SDK's autocast for the mixed precisions; the weights' dtype as the default dtype for the others."""
         if self.precision == "bf16-mixed":
             return sdk.autocast(torch.bfloat16)
+        if self.precision == "16-mixed":
+            return sdk.autocast(torch.float16)
         context: AbstractContextManager[Any] = super().forward_context()  # type: ignore[misc]
         return context

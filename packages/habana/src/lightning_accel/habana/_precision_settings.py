@@ -26,6 +26,7 @@ __all__ = [
     "default_dtype",
     "from_lightning_plugin",
     "normalize_precision",
+    "require_float16",
 ]
 
 PrecisionLiteral = Literal["bf16-mixed", "16-mixed", "32-true", "bf16-true", "fp8"]
@@ -140,7 +141,7 @@ class PrecisionSettings:
         # The SDK reads the lists once, when it loads: hand them over now, before anything loads it.
         sdk._export_autocast_lists(bf16_file_path, fp32_file_path)
         if value == "16-mixed":
-            _require_float16()
+            require_float16()
         if value == "fp8":
             _fp8.require_fp8()
         return cls(value, opt_level, False, lower, fp32)
@@ -173,7 +174,12 @@ class PrecisionSettings:
         return sdk.disable_casts() if self.mixed else nullcontext()
 
 
-def _require_float16() -> None:
+def require_float16() -> None:
+    """Refuse ``"16-mixed"`` on a Gaudi without float16 arithmetic (first-generation Gaudi).
+
+    Raises:
+        ConfigurationError: On a first-generation Gaudi.
+    """
     # Asked without opening a card: the plugin is built before the strategy sets HLS_MODULE_ID (see sdk.generation).
     # First-generation Gaudi has no float16 arithmetic; Gaudi2 and later do.
     if not sdk.float16_supported():
@@ -319,13 +325,15 @@ class HPUPrecisionHooks:
         return getattr(self, "precision", None) == "bf16-true"
 
 
-def loss_scaler(precision: str, scaler: Any) -> Any:
+def loss_scaler(precision: str, scaler: Any, sharded: bool = False) -> Any:
     """The loss scaler a plugin of ``precision`` uses: an ``HPUGradScaler`` for ``"16-mixed"``, none otherwise.
+
+    With ``sharded=True`` (FSDP) it is an ``HPUShardedGradScaler``. A user's scaler gives its settings.
 
     Raises:
         ConfigurationError: For a scaler given with a precision that needs none, or one that is not a GradScaler.
     """
-    from .grad_scaler import HPUGradScaler, hpu_scaler_like
+    from .grad_scaler import hpu_scaler_like
 
     if precision != "16-mixed":
         if scaler is not None:
@@ -334,10 +342,8 @@ def loss_scaler(precision: str, scaler: Any) -> Any:
                 "(bfloat16 has float32's range). Accepted: a scaler with precision='16-mixed' only; drop it here."
             )
         return None
-    if scaler is None:
-        return HPUGradScaler()
     try:
-        return hpu_scaler_like(scaler)
+        return hpu_scaler_like(scaler, sharded)
     except TypeError as error:
         raise ConfigurationError(str(error)) from None
 

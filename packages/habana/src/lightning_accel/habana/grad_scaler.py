@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from typing_extensions import override
 
-__all__ = ["HPUGradScaler", "hpu_scaler_like"]
+__all__ = ["HPUGradScaler", "HPUShardedGradScaler", "hpu_scaler_like"]
 
 
 class HPUGradScaler(torch.amp.GradScaler):
@@ -110,27 +110,84 @@ class HPUGradScaler(torch.amp.GradScaler):
         self._per_optimizer_states = defaultdict(torch.amp.grad_scaler._refresh_per_optimizer_state)
 
 
-def hpu_scaler_like(scaler: Any) -> HPUGradScaler:
+class HPUShardedGradScaler(HPUGradScaler):
+    """:class:`HPUGradScaler` for FSDP: every rank skips the same steps.
+
+    Each FSDP rank holds the gradients of its own shard, so an inf or NaN found on one rank is summed over the process
+    group before the step, as torch's ``ShardedGradScaler`` does (an all-reduce the SDK's HCCL runs on HPU tensors;
+    the finding of gradients offloaded to the host goes through the HPU for it). ``HPUFSDPPrecision("16-mixed")``
+    (``Trainer(strategy="hpu_fsdp", precision="16-mixed")``) uses one by default.
+
+    Args:
+        init_scale: The first scale factor.
+        growth_factor: The factor the scale grows by after ``growth_interval`` steps with finite gradients.
+        backoff_factor: The factor the scale shrinks by when a step finds an inf or NaN gradient (that step is skipped).
+        growth_interval: How many clean steps in a row make the scale grow.
+        enabled: ``False`` makes every method a no-op, as torch's.
+        process_group: The ranks that share the finding (``None``: all of them).
+
+    Example:
+        >>> from lightning_accel.habana import HPUFSDPPrecision, HPUShardedGradScaler
+        >>> plugin = HPUFSDPPrecision("16-mixed", scaler=HPUShardedGradScaler(init_scale=2.0**12))  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        enabled: bool = True,
+        process_group: Any = None,
+    ) -> None:
+        super().__init__(init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+        self.process_group = process_group
+
+    @override
+    def _unscale_grads_(
+        self, optimizer: torch.optim.Optimizer, inv_scale: torch.Tensor, found_inf: torch.Tensor, allow_fp16: bool
+    ) -> dict[torch.device, torch.Tensor]:
+        import torch.distributed as dist
+
+        found = super()._unscale_grads_(optimizer, inv_scale, found_inf, allow_fp16)
+        if not dist.is_available() or not dist.is_initialized():
+            return found
+        if not found:
+            # A rank whose shard has no gradient still takes part in the collective the others start.
+            found = {inv_scale.device: found_inf.to(inv_scale.device, copy=True)}
+        for device, finding in found.items():
+            on_hpu = finding.to(inv_scale.device)
+            dist.all_reduce(on_hpu, group=self.process_group)
+            found[device] = on_hpu.to(device)
+        return found
+
+
+def hpu_scaler_like(scaler: Any, sharded: bool = False) -> HPUGradScaler:
     """The HPU scaler for a user's ``torch.amp.GradScaler``: the same settings and current scale.
 
-    An :class:`HPUGradScaler` is returned as it is; a disabled scaler of another device (torch disables a CUDA scaler
-    where CUDA is missing) gives the default one.
+    An :class:`HPUGradScaler` (an :class:`HPUShardedGradScaler` with ``sharded=True``) is returned as it is; ``None``
+    or a disabled scaler of another device (torch disables a CUDA scaler where CUDA is missing) gives the default one.
     """
-    if isinstance(scaler, HPUGradScaler):
+    kind = HPUShardedGradScaler if sharded else HPUGradScaler
+    if scaler is None:
+        return kind()
+    if isinstance(scaler, kind):
         return scaler
     if not isinstance(scaler, torch.amp.GradScaler):
         raise TypeError(
-            f"scaler={type(scaler).__name__} is not a torch.amp.GradScaler. Accepted: an HPUGradScaler, or a "
+            f"scaler={type(scaler).__name__} is not a torch.amp.GradScaler. Accepted: an {kind.__name__}, or a "
             "torch.amp.GradScaler whose settings it takes."
         )
     if not scaler.is_enabled():
         # torch disables a CUDA scaler where CUDA is missing: that is the one Lightning builds for "16-mixed" before
         # the HPU strategy swaps its precision plugin, not a user's wish to train without scaling.
-        return HPUGradScaler(enabled=getattr(scaler, "_device", "cuda") != "hpu")
-    hpu = HPUGradScaler(
+        return kind(enabled=getattr(scaler, "_device", "cuda") != "hpu")
+    hpu = kind(
         init_scale=scaler.get_scale(),
         growth_factor=scaler.get_growth_factor(),
         backoff_factor=scaler.get_backoff_factor(),
         growth_interval=scaler.get_growth_interval(),
     )
+    if isinstance(hpu, HPUShardedGradScaler):
+        hpu.process_group = getattr(scaler, "process_group", None)
     return hpu

@@ -13,11 +13,14 @@ class HPUFSDPPrecision(HPUFSDPPrecisionRules, FSDPPrecision):  # type: ignore[mi
     """Precision for FSDP on HPUs with Fabric (``Fabric(strategy="hpu_fsdp", precision="bf16-mixed")`` picks it).
 
     The arguments and behaviour are those of the Trainer's :class:`~lightning_accel.habana.HPUFSDPPrecision`:
-    ``"bf16-mixed"`` runs the forward pass of modules set up by Fabric (and ``fabric.autocast()``) inside the SDK's
-    bfloat16 autocast, with float32 parameters and bfloat16 gradient reduction; ``"32-true"`` is float32.
+    ``"bf16-mixed"`` and ``"16-mixed"`` run the forward pass of modules set up by Fabric (and ``fabric.autocast()``)
+    inside the SDK's autocast, with float32 sharded parameters gathered in the 16-bit dtype (``"16-mixed"`` scales the
+    loss with an :class:`~lightning_accel.habana.HPUShardedGradScaler`); ``"bf16-true"`` shards bfloat16 weights
+    (made in bfloat16 under ``fabric.init_module()``); ``"32-true"`` is float32.
 
     Raises:
-        ConfigurationError: For another precision or device, or fp8 arguments.
+        ConfigurationError: For another precision or device, fp8 arguments, a scaler with a precision other than
+            ``"16-mixed"``, or ``"16-mixed"`` on a first-generation Gaudi.
 
     Example:
         >>> from lightning.fabric import Fabric
