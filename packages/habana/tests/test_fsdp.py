@@ -82,13 +82,15 @@ def test_fabric_fsdp_shards_trains_saves_and_loads(tmp_path: Path, full: bool) -
         assert result["optimizer_steps"]
         assert len(set(result["optimizer_steps"])) == 1
         assert result["checkpoint_is_dir"] is not full
+        assert result["mesh"] == (("hpu", (1, 2)) if full else None)
 
 
 @pytest.mark.slow
 @pytest.mark.emulator_only  # reads the emulator's exact allocation accounting
 def test_trainer_fsdp_precisions_keep_lightnings_dtypes_and_memory(tmp_path: Path) -> None:
     # strategy="fsdp" (Lightning's name, mapped to hpu_fsdp) with each precision, one FSDP unit of 85002 parameters
-    # trained with Adam on two ranks; then "16-mixed" with a step whose inf gradient sits in rank 1's shard only.
+    # trained with Adam on two ranks; then "16-mixed" with a step whose inf gradient sits in rank 1's shard only,
+    # sharded by HYBRID_SHARD over device_mesh=(1, 2).
     results = _run("fsdp_precisions.py", tmp_path)
     for result in results:
         runs = {name: result[name] for name in ("32-true", "bf16-mixed", "bf16-true", "16-mixed")}
@@ -119,6 +121,7 @@ def test_trainer_fsdp_precisions_keep_lightnings_dtypes_and_memory(tmp_path: Pat
         # Step 3 finds an inf on rank 1 only; both ranks skip it (rank 0's shard is finite) and halve the scale of
         # the user's scaler (init_scale=1024).
         assert overflow["scaler"] == "HPUShardedGradScaler"
+        assert overflow["mesh"] == ("hpu", (1, 2))  # HYBRID_SHARD's mesh, built on the HPUs from a tuple
         assert overflow["scales"] == [1024.0, 1024.0, 1024.0, 512.0, 512.0, 512.0]
         assert overflow["shard_changed"] == [True, True, True, False, True, True]
 
@@ -264,10 +267,6 @@ def test_bad_arguments_are_refused() -> None:
         HPUFSDPStrategy(state_dict_type="local")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match=match):
         hpu_fabric.HPUFSDPStrategy(state_dict_type="local")  # type: ignore[arg-type]
-    with pytest.raises(
-        ConfigurationError, match=r"device_mesh=\(1, 2\) is not supported by the Fabric HPUFSDPStrategy"
-    ):
-        hpu_fabric.HPUFSDPStrategy(device_mesh=(1, 2))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("tree", ["trainer", "fabric"])

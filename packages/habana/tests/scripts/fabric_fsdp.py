@@ -1,7 +1,8 @@
 """Child script of the FSDP tests: Fabric trains the digits classifier with FSDP on two emulated HPUs, saves, loads.
 
 By default everything is selected by name (``strategy="hpu_fsdp"``: sharded checkpoints, Fabric's default);
-``--full`` builds the strategy instance with ``state_dict_type="full"``, auto-wrapping and activation checkpointing.
+``--full`` builds the strategy instance with ``state_dict_type="full"``, auto-wrapping, activation checkpointing and
+``HYBRID_SHARD`` over a ``device_mesh=(1, 2)`` tuple.
 Each rank writes what it saw to ``rank<N>.pt``.
 """
 
@@ -29,9 +30,19 @@ def _strategy(full: bool) -> Any:
         return "hpu_fsdp"
     from lightning_accel.habana.fabric import HPUFSDPStrategy
 
+    # HYBRID_SHARD over a (replicas, shards) mesh that Fabric builds on the HPUs: one replica of two shards.
     return HPUFSDPStrategy(
-        state_dict_type="full", auto_wrap_policy={torch.nn.Linear}, activation_checkpointing_policy={torch.nn.Linear}
+        state_dict_type="full",
+        auto_wrap_policy={torch.nn.Linear},
+        activation_checkpointing_policy={torch.nn.Linear},
+        sharding_strategy="HYBRID_SHARD",
+        device_mesh=(1, 2),
     )
+
+
+def _mesh(strategy: Any) -> Any:
+    mesh = strategy._fsdp_kwargs.get("device_mesh")
+    return None if mesh is None else (mesh.device_type, tuple(mesh.shape))
 
 
 def _accuracy(fabric: Fabric, model: torch.nn.Module, loader: Any) -> float:
@@ -91,6 +102,7 @@ def main() -> None:
         "epochs": state["epochs"],
         "optimizer_steps": [float(s["step"]) for s in fresh_optimizer.state.values() if "step" in s],
         "checkpoint_is_dir": checkpoint.is_dir(),
+        "mesh": _mesh(fabric.strategy),
     }
     torch.save(result, args.out / f"rank{fabric.global_rank}.pt")
     dist.destroy_process_group()

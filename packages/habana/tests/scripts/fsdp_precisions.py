@@ -1,9 +1,10 @@
 """Child script of the FSDP precision tests: each precision trained with FSDP on two emulated HPUs.
 
 Trainer (default): the digits classifier, one FSDP unit, is trained once per precision in ``PRECISIONS``; then a
-``"16-mixed"`` run with a scaler of ``init_scale=1024`` whose loss, at step ``OVERFLOW_STEP``, gains a term that
-overflows the float16 gradient of the last layer's bias only: those elements sit in rank 1's shard of the flat
-parameter, so only rank 1 finds the inf. ``--fabric --precision P`` trains with Fabric in one precision.
+``"16-mixed"`` run (``HYBRID_SHARD`` over a ``device_mesh=(1, 2)`` tuple) with a scaler of ``init_scale=1024`` whose
+loss, at step ``OVERFLOW_STEP``, gains a term that overflows the float16 gradient of the last layer's bias only:
+those elements sit in rank 1's shard of the flat parameter, so only rank 1 finds the inf. ``--fabric --precision P``
+trains with Fabric in one precision.
 
 Each rank writes to ``rank<N>.pt``, per run: the dtype of the sharded parameters, the dtype of the gathered weight and
 of the output of the last layer inside the forward pass, the device memory in use at the start of the second step
@@ -103,15 +104,18 @@ def _fit(precision: str, root: Path, overflow: bool = False) -> dict[str, Any]:
     record = _Record()
     record.seen["baseline_bytes"] = torch.hpu.memory_allocated()
     plugins: list[Any] = []
+    strategy: Any = "fsdp"
     if overflow:
-        from lightning_accel.habana import HPUFSDPPrecision
+        from lightning_accel.habana import HPUFSDPPrecision, HPUFSDPStrategy
 
-        # A user's scaler: its settings carry over to the HPU one.
+        # A user's scaler: its settings carry over to the HPU one. HYBRID_SHARD over a (replicas, shards) mesh that
+        # the strategy builds on the HPUs: one replica of two shards.
         plugins = [HPUFSDPPrecision("16-mixed", scaler=torch.amp.GradScaler("hpu", init_scale=1024.0))]
+        strategy = HPUFSDPStrategy(sharding_strategy="HYBRID_SHARD", device_mesh=(1, 2))
     trainer = Trainer(
         accelerator="hpu",
         devices=2,
-        strategy="fsdp",
+        strategy=strategy,
         precision=None if overflow else precision,  # type: ignore[arg-type]
         plugins=plugins,
         max_epochs=1 if overflow else 3,
@@ -129,6 +133,7 @@ def _fit(precision: str, root: Path, overflow: bool = False) -> dict[str, Any]:
     train, val = digits_loaders()
     trainer.fit(model, train, val)
     config = trainer.strategy.precision_plugin.mixed_precision_config
+    mesh = trainer.strategy.kwargs.get("device_mesh")
     result = dict(record.seen, **model.seen.values)
     result.update(
         strategy=type(trainer.strategy).__name__,
@@ -136,6 +141,7 @@ def _fit(precision: str, root: Path, overflow: bool = False) -> dict[str, Any]:
         mixed_precision=None if config is None else [config.param_dtype, config.reduce_dtype, config.buffer_dtype],
         val_acc=None if overflow else float(trainer.callback_metrics["val_acc"]),
         rank=trainer.global_rank,
+        mesh=None if mesh is None else (mesh.device_type, tuple(mesh.shape)),
     )
     return result
 

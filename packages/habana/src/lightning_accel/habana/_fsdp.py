@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACCEPTED_PRECISIONS",
+    "build_device_mesh",
     "HPUFSDPPrecisionRules",
     "STATE_DICT_TYPES",
     "check_device",
@@ -46,7 +47,6 @@ __all__ = [
     "full_state_dict_context",
     "hpu_precision_plugin",
     "mixed_precision_config",
-    "refuse_device_mesh_tuple",
     "refuse_lazy_mode",
     "refuse_plugin",
 ]
@@ -191,19 +191,17 @@ def refuse_lazy_mode(strategy: str) -> None:
     )
 
 
-def refuse_device_mesh_tuple(device_mesh: Any) -> None:
-    """Refuse a ``(replicas, shards)`` tuple, which only the Trainer strategy turns into an HPU device mesh.
+def build_device_mesh(fsdp_kwargs: dict[str, Any]) -> None:
+    """Turn a ``device_mesh=(replicas, shards)`` tuple in ``fsdp_kwargs`` into a device mesh of HPUs, in place.
 
-    Raises:
-        ConfigurationError: When ``device_mesh`` is a tuple.
+    Lightning builds the mesh of a tuple on ``"cuda"``; the HPU strategies build it on the HPUs, once the process
+    group exists.
     """
-    if isinstance(device_mesh, tuple):
-        raise ConfigurationError(
-            f"device_mesh={device_mesh!r} is not supported by the Fabric HPUFSDPStrategy: Lightning's Fabric builds a "
-            "mesh of that shape on CUDA only. Accepted: None, or a torch DeviceMesh of 'hpu' devices. With the "
-            "Trainer, HPUFSDPStrategy(sharding_strategy='HYBRID_SHARD', device_mesh=(replicas, shards)) builds it on "
-            "the HPUs."
-        )
+    mesh = fsdp_kwargs.get("device_mesh")
+    if isinstance(mesh, tuple):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        fsdp_kwargs["device_mesh"] = init_device_mesh(sdk.DEVICE_TYPE, mesh)
 
 
 def full_state_dict_context(module: torch.nn.Module) -> AbstractContextManager[Any]:

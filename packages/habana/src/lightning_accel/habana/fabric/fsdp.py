@@ -17,11 +17,11 @@ from typing_extensions import override
 from .. import sdk
 from .._devices import parallel_root_device
 from .._fsdp import (
+    build_device_mesh,
     check_state_dict_type,
     fsdp_device,
     full_state_dict_context,
     hpu_precision_plugin,
-    refuse_device_mesh_tuple,
     refuse_lazy_mode,
 )
 from .._hccl_strategy import HCCLStrategyMixin
@@ -44,13 +44,14 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
 
     The arguments and behaviour are those of the Trainer's :class:`~lightning_accel.habana.HPUFSDPStrategy` with
     Fabric's defaults (``state_dict_type="sharded"``) and without ``checkpoint_io`` (Fabric's FSDP writes its own
-    files); ``device_mesh`` takes a ``DeviceMesh`` only. ``fabric.all_reduce`` supports sum, mean, min and max.
+    files); a ``device_mesh=(replicas, shards)`` tuple is built on the HPUs. ``fabric.all_reduce`` supports sum,
+    mean, min and max.
     Refused in lazy mode, as on Gaudi.
 
     Raises:
-        ConfigurationError: For a ``state_dict_type`` other than ``"full"`` or ``"sharded"``, a ``device_mesh`` tuple,
-            a precision plugin other than :class:`HPUFSDPPrecision` (or Fabric's for an accepted precision), a non-HPU
-            accelerator, or the SDK in lazy mode.
+        ConfigurationError: For a ``state_dict_type`` other than ``"full"`` or ``"sharded"``, a precision plugin other
+            than :class:`HPUFSDPPrecision` (or Fabric's for an accepted precision), a non-HPU accelerator, or the SDK in
+            lazy mode.
 
     Example:
         >>> import torch
@@ -77,11 +78,10 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
         activation_checkpointing_policy: set[type[torch.nn.Module]] | Callable[..., bool] | Any | None = None,
         sharding_strategy: ShardingStrategy | str = "FULL_SHARD",
         state_dict_type: Literal["full", "sharded"] = "sharded",
-        device_mesh: DeviceMesh | None = None,
+        device_mesh: tuple[int, int] | DeviceMesh | None = None,
         **kwargs: Any,
     ) -> None:
         check_state_dict_type(state_dict_type)
-        refuse_device_mesh_tuple(device_mesh)
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -140,6 +140,7 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
         # Index-less, as on Gaudi: the runtime gives each process its card.
         self.accelerator.setup_device(parallel_root_device(self.parallel_devices, self.local_rank))
         self._setup_distributed()
+        build_device_mesh(self._fsdp_kwargs)
 
     @override
     def save_checkpoint(

@@ -19,6 +19,7 @@ from lightning_accel.core.checkpoint_swap import StagedCheckpoints
 from .. import sdk
 from .._devices import parallel_root_device
 from .._fsdp import (
+    build_device_mesh,
     check_state_dict_type,
     fsdp_device,
     full_state_dict_context,
@@ -171,12 +172,7 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
         # Index-less, as on Gaudi: the runtime gives each process its card.
         self.accelerator.setup_device(parallel_root_device(self.parallel_devices, self.local_rank))
         self.setup_distributed()
-        mesh = self.kwargs.get("device_mesh")
-        if isinstance(mesh, tuple):
-            from torch.distributed.device_mesh import init_device_mesh
-
-            # Lightning builds it on "cuda"; here it is the HPUs'.
-            self.kwargs["device_mesh"] = init_device_mesh(sdk.DEVICE_TYPE, mesh)
+        build_device_mesh(self.kwargs)
 
     @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
