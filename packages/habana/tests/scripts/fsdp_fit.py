@@ -1,8 +1,9 @@
 """Child script of the FSDP tests: train the digits classifier with FSDP on two emulated HPUs, save, resume.
 
 It selects everything by name, as a user script that imports only lightning does (``--sharded`` builds the strategy
-instance instead, for ``state_dict_type="sharded"``). Each rank writes what it saw to ``rank<N>.pt``. Lightning's
-launcher re-runs this file for the second local process, so it must work as a plain script.
+instance instead, for ``state_dict_type="sharded"``; ``--flat`` for ``use_orig_params=False`` with full
+checkpoints). Each rank writes what it saw to ``rank<N>.pt``. Lightning's launcher re-runs this file for the second
+local process, so it must work as a plain script.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from _habana_helpers import digits_classifier, digits_loaders
 from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
 
 
-def _local_shards(module: LightningModule) -> list[torch.Tensor]:
-    return [p.detach().float().cpu().clone() for p in module.parameters()]
+def _local_shards(trainer: Trainer) -> list[torch.Tensor]:
+    # The FSDP module's: with use_orig_params=False the LightningModule's own parameters are gone between steps.
+    return [p.detach().float().cpu().clone() for p in trainer.model.parameters()]
 
 
 class _Record(Callback):
@@ -35,17 +37,17 @@ class _Record(Callback):
         steps = [float(s["step"]) for s in optimizer.state.values() if "step" in s]
         self.seen.update(
             start_step=trainer.global_step,
-            start_shards=_local_shards(pl_module),
+            start_shards=_local_shards(trainer),
             start_optimizer_steps=steps,
         )
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if "devices" not in self.seen:
             self.seen["devices"] = [batch[0].device.type, next(pl_module.parameters()).device.type]
-            self.seen["local_numel"] = sum(p.numel() for p in pl_module.parameters())
+            self.seen["local_numel"] = sum(p.numel() for p in trainer.model.parameters())
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.seen.update(end_step=trainer.global_step, end_shards=_local_shards(pl_module))
+        self.seen.update(end_step=trainer.global_step, end_shards=_local_shards(trainer))
 
 
 def _trainer(strategy: Any, epochs: int, record: _Record, root: Path) -> Trainer:
@@ -66,11 +68,13 @@ def _trainer(strategy: Any, epochs: int, record: _Record, root: Path) -> Trainer
     )
 
 
-def _strategy(sharded: bool) -> Any:
-    if not sharded:
-        return "hpu_fsdp"
+def _strategy(sharded: bool, flat: bool) -> Any:
     from lightning_accel.habana import HPUFSDPStrategy
 
+    if flat:
+        return HPUFSDPStrategy(state_dict_type="full", use_orig_params=False)
+    if not sharded:
+        return "hpu_fsdp"
     return HPUFSDPStrategy(state_dict_type="sharded", auto_wrap_policy={torch.nn.Linear})
 
 
@@ -78,12 +82,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sharded", action="store_true", help="state_dict_type='sharded' (a strategy instance)")
+    parser.add_argument("--flat", action="store_true", help="use_orig_params=False, state_dict_type='full'")
     args = parser.parse_args()
     seed_everything(7)
     train, val = digits_loaders()
 
     first = _Record()
-    trainer = _trainer(_strategy(args.sharded), 3, first, args.out)
+    trainer = _trainer(_strategy(args.sharded, args.flat), 3, first, args.out)
     model = digits_classifier()
     trainer.fit(model, train, val)
     checkpoint = args.out / "fsdp.ckpt"
@@ -102,7 +107,7 @@ def main() -> None:
     }
 
     second = _Record()
-    resumed = _trainer(_strategy(args.sharded), 4, second, args.out)
+    resumed = _trainer(_strategy(args.sharded, args.flat), 4, second, args.out)
     resumed.fit(digits_classifier(), train, val, ckpt_path=checkpoint)
     result.update(second=second.seen, second_val_acc=float(resumed.callback_metrics["val_acc"]))
     torch.save(result, args.out / f"rank{resumed.global_rank}.pt")

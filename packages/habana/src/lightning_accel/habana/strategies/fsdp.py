@@ -185,7 +185,11 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
 
     @override
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        """An optimizer's state: for ``"full"`` gathered to rank 0's host unit by unit, keyed by parameter index."""
+        """An optimizer's state: for ``"full"`` gathered to rank 0's host unit by unit, keyed by parameter index.
+
+        With ``use_orig_params=False`` the full state is keyed by parameter name (torch cannot index flattened
+        parameters); resuming reads either.
+        """
         if not self._full:
             return super().optimizer_state(optimizer)
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -196,7 +200,10 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
         assert self.model is not None
         with full_state_dict_context(self.model):
             state: dict[str, Any] = FSDP.optim_state_dict(self.model, optimizer)
-            if self.global_rank == 0:
+            # torch can key the state by parameter index only when the model exposes its original parameters; with
+            # use_orig_params=False it stays keyed by parameter name, which the resume reads as it is (Lightning's
+            # own strategy fails here).
+            if self.global_rank == 0 and self.kwargs.get("use_orig_params", True):
                 state = FSDP.rekey_optim_state_dict(state, OptimStateKeyType.PARAM_ID, self.model)
             return state
 
