@@ -94,6 +94,43 @@ def test_default_profiling_writes_a_trace_and_summary_is_the_operator_table(tmp_
     assert "ProfilerStep*" in table and "aten::" in table
 
 
+@pytest.mark.parametrize("strategy", ["auto", "ddp"])
+def test_lightnings_pytorch_profiler_records_hpu_activity_as_it_records_cuda_on_gpus(
+    tmp_path: Path, strategy: str
+) -> None:
+    # profiler="pytorch" from a GPU script: Lightning adds CUDA activity where CUDA is, and knows no HPU.
+    train, _ = digits_loaders()
+    trainer = Trainer(
+        accelerator="hpu",
+        devices=1,
+        strategy=strategy,  # "ddp" on one HPU: Lightning's name mapped to the HPU parallel strategy
+        max_epochs=1,
+        limit_train_batches=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        profiler="pytorch",
+        default_root_dir=tmp_path,
+    )
+    assert type(trainer.profiler) is PyTorchProfiler
+    trainer.fit(digits_classifier(), train)
+    activities = [activity.name for activity in trainer.profiler._profiler_kwargs["activities"]]
+    assert activities == ["CPU", "HPU"]
+    assert sorted(tmp_path.rglob("*.pt.trace.json"))  # the profiled steps ran with it (CPU activity on the emulator)
+
+
+def test_activities_a_user_chose_are_left_alone() -> None:
+    chosen = [ProfilerActivity.CPU, ProfilerActivity.XPU]
+    profiler = PyTorchProfiler(activities=chosen)
+    profiler_module.record_hpu_activity(profiler)
+    assert profiler._profiler_kwargs["activities"] == chosen
+    hpu = HPUProfiler()
+    before = list(hpu._profiler_kwargs["activities"])
+    profiler_module.record_hpu_activity(hpu)  # its own class sets up its activities
+    assert hpu._profiler_kwargs["activities"] == before
+
+
 def test_custom_actions_outside_the_trainer_appear_in_the_summary() -> None:
     custom = HPUProfiler(schedule=None)  # record from the first call (the default schedule waits for steps)
     with custom.profile("outside_trainer"):

@@ -382,6 +382,8 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "overridden", ("lightning_accel.habana.profiler",)),
     PrivateName("lightning.pytorch.profilers:PyTorchProfiler", "_profiler_kwargs", "instance_attribute", None, "read",
                 ("lightning_accel.habana.profiler",)),
+    PrivateName("lightning.pytorch.profilers:PyTorchProfiler", "_default_activities", "method", ("self",), "called",
+                ("lightning_accel.habana.profiler",)),
     # graphcore
     PrivateName("lightning.pytorch.plugins.precision:Precision", "_after_closure", "method",
                 ("self", "model", "optimizer"), "called", ("lightning_accel.graphcore.precision",)),
@@ -399,7 +401,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.pytorch.plugins.precision:DeepSpeedPrecision", "_desired_dtype", "instance_attribute",
                 None, "read", ("lightning_accel.deepspeed_hpu.precision",)),
     PrivateName("lightning.pytorch.core.module:LightningModule", "_trainer", "instance_attribute", None, "read",
-                _DS_USER),
+                (*_DS_USER, "lightning_accel.habana._accelerator_check")),
 )
 # fmt: on
 

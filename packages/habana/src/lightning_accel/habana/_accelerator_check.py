@@ -1,4 +1,7 @@
-"""HPU strategies refuse any accelerator but the HPU's, instead of running on another device or failing deep inside."""
+"""HPU strategies refuse any accelerator but the HPU's, instead of running on another device or failing deep inside.
+
+When a Trainer run starts on HPUs, Lightning's own profiler (``profiler="pytorch"``) is also pointed at them.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +28,19 @@ class RequiresHPUAccelerator:
                 f"accelerator='hpu' (or an HPUAccelerator instance). To train on another device, use that device's "
                 "strategy (e.g. strategy='ddp' with accelerator='cpu')."
             )
+
+    def connect(self, model: Any) -> None:
+        """Connect the model as the Lightning strategy does; have a Trainer's ``profiler="pytorch"`` record HPUs.
+
+        The earliest point of a run where both the strategy and the Trainer are known: the profiler starts with the
+        first profiled hook, before the environment is set up.
+        """
+        super().connect(model)  # type: ignore[misc]
+        trainer = getattr(model, "_trainer", None)
+        if trainer is not None:
+            from .profiler import record_hpu_activity
+
+            record_hpu_activity(trainer.profiler)
 
     def setup_environment(self) -> None:
         """Refuse a non-HPU accelerator, then set up as the Lightning strategy does.

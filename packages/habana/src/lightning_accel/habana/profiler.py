@@ -12,7 +12,7 @@ from lightning_accel.core.errors import ConfigurationError, DeviceUnavailableErr
 
 from . import sdk
 
-__all__ = ["HPUProfiler"]
+__all__ = ["HPUProfiler", "record_hpu_activity"]
 
 
 def _activities() -> list[Any]:
@@ -54,6 +54,31 @@ def _current_activities(requested: list[Any] | None) -> list[Any]:
     return resolved
 
 
+_LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
+
+
+def record_hpu_activity(profiler: object) -> None:
+    """Make Lightning's own ``PyTorchProfiler`` (``Trainer(profiler="pytorch")``) record HPU activity too.
+
+    Lightning adds CUDA activity when CUDA is available and knows no other device; the HPU strategies call this as a
+    run starts, before the profiler creates its ``torch.profiler.profile``, so the GPU setting gives HPU traces.
+    Activities the user chose (``activities=``) and other profilers are left alone.
+    """
+    cls = type(profiler)
+    lightning_class = cls.__name__ == "PyTorchProfiler" and cls.__module__.split(".")[0] in _LIGHTNING_PACKAGES
+    if not lightning_class or getattr(profiler, "profiler", None) is not None:
+        return
+    kwargs: dict[str, Any] = profiler._profiler_kwargs  # type: ignore[attr-defined]
+    activities = kwargs.get("activities")
+    if not activities or list(activities) != profiler._default_activities():  # type: ignore[attr-defined]
+        return  # no Kineto (Lightning records nothing then), or activities the user chose
+    resolved = _current_activities(list(activities))
+    for activity in _activities():
+        if activity not in resolved:
+            resolved.append(activity)
+    kwargs["activities"] = resolved
+
+
 SDK_DEFAULT_PROFILE = "profile_api_light"
 """The ``HABANA_PROFILE`` the SDK sets when it loads and the variable is unset.
 
@@ -92,7 +117,7 @@ def _warn_if_the_sdk_profiler_is_on() -> None:
 class HPUProfiler(PyTorchProfiler):
     """Profile PyTorch operators on HPUs and write traces that Chrome tracing and TensorBoard open.
 
-    On Gaudi it records CPU and HPU activity; on the emulator, CPU activity (and CUDA on a CUDA backing). It is a
+    On Gaudi it records CPU and HPU activity; on the emulator, whose SDK has no HPU trace source, CPU activity. It is a
     :class:`~lightning.pytorch.profilers.PyTorchProfiler` with the same arguments:
 
     * default profiling: ``Trainer(profiler=HPUProfiler())`` writes a JSON trace per profiled stage into ``dirpath``

@@ -302,16 +302,14 @@ def disable_casts() -> AbstractContextManager[Any]:
 
 
 def profiler_activities() -> list[ProfilerActivity]:
-    """What ``torch.profiler`` records for HPU work: CPU and HPU on Gaudi; CPU (and CUDA on a CUDA backing) emulated."""
+    """What ``torch.profiler`` records for HPU work: CPU and HPU (``ProfilerActivity.HPU``, torch 2.1 and later).
+
+    The emulated SDK registers no HPU trace source, so its traces hold the CPU activity only.
+    """
     from torch.profiler import ProfilerActivity
 
     require()
     activities = [ProfilerActivity.CPU]
-    if is_emulated():
-        # The emulated SDK has no HPU activity; the work it runs on a CUDA backing shows as CUDA activity.
-        if emulation_settings().backend == "cuda":
-            activities.append(ProfilerActivity.CUDA)
-        return activities
     hpu_activity = getattr(ProfilerActivity, "HPU", None)
     if hpu_activity is not None:
         activities.append(hpu_activity)
