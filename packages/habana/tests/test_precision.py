@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -393,7 +394,7 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
     ("precision", "hint"),
     [
         ("16-true", "'16-mixed' computes in float16 with float32 weights, and 'bf16-true' gives 16-bit weights"),
-        ("transformer-engine", "Gaudi's fp8 training is precision='fp8'"),
+        ("transformer-engine", "Gaudi's fp8 training is the SDK's Transformer Engine (Gaudi2 and later)"),
         ("64-true", "Gaudi has no float64"),
     ],
 )
@@ -403,5 +404,13 @@ def test_a_refused_precision_names_what_to_use_instead(precision: str, hint: str
     assert str(refused.value).startswith(f"precision={precision!r} is not supported on HPUs. Accepted: 'bf16-mixed'")
     assert hint in str(refused.value)
     if precision == "16-true":  # Lightning's HalfPrecision, swapped for the HPU plugin by the strategy
-        with pytest.raises(ConfigurationError, match=hint.replace("(", r"\(")):
+        with pytest.raises(ConfigurationError, match=re.escape(hint)):
             Trainer(accelerator="hpu", devices=1, precision=precision)
+    if precision == "transformer-engine":  # refused before Lightning's plugin asks to install NVIDIA's library
+        for entry, build in (("Trainer", Trainer), ("Fabric", Fabric)):
+            for variant in (precision, "transformer-engine-float16"):
+                with pytest.raises(ConfigurationError) as refused:
+                    build(accelerator="hpu", devices=2, precision=variant)
+                message = str(refused.value)
+                assert message.startswith(f"{entry}(accelerator='hpu', precision={variant!r}) is not supported.")
+                assert hint in message and "plugins=[HPUPrecision('fp8')] with Fabric" in message

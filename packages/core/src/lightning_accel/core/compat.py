@@ -304,6 +304,8 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     # The core: selection wraps, the start-up lines, the process-group helper.
     *_connector_names(_TRAINER_CONNECTOR, ("strategy", "accelerator", "precision", "plugins", "sync_batchnorm")),
     *_connector_names(_FABRIC_CONNECTOR, ("strategy", "accelerator", "precision", "plugins")),
+    PrivateName(_TRAINER_CONNECTOR, "_precision_flag", "instance_attribute", None, "read", _SELECTION),
+    PrivateName(_FABRIC_CONNECTOR, "_precision_input", "instance_attribute", None, "read", _SELECTION),
     PrivateName("lightning.pytorch.trainer.setup", "_log_device_info", "function", ("trainer",), "wrapped",
                 _SELECTION),
     PrivateName("lightning.fabric.utilities.distributed", "_init_dist_connection", "function",
@@ -376,6 +378,9 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.fabric.strategies:DDPStrategy", "_process_group_backend", "instance_attribute", None,
                 "read", _HCCL),
     PrivateName("lightning.fabric.strategies:DDPStrategy", "_timeout", "instance_attribute", None, "read", _HCCL),
+    # Fabric's FSDP keeps its FullyShardedDataParallel arguments here; the HPU strategy builds the mesh of a tuple in it.
+    PrivateName("lightning.fabric.strategies:FSDPStrategy", "_fsdp_kwargs", "instance_attribute", None, "read",
+                ("lightning_accel.habana.fabric.fsdp",)),
     PrivateName("lightning.pytorch.core.module:LightningModule", "_compiler_ctx", "instance_attribute", None, "read",
                 ("lightning_accel.habana.graphs",)),
     PrivateName("lightning.pytorch.profilers:PyTorchProfiler", "_create_profilers", "method", ("self",),

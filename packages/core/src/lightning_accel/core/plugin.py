@@ -120,6 +120,9 @@ class AcceleratorSpec:
             ``function(device: torch.device, dtype: torch.dtype) -> int | None`` (``None``: no published number);
             Lightning's ``ThroughputMonitor`` divides by it to report MFU (see :mod:`lightning_accel.core.throughput`).
             Empty: the core reports no MFU for this accelerator.
+        refused_precisions: Lightning ``precision=`` strings this accelerator does not run, each mapped to why and
+            what to use instead. The connector refuses them with that text before Lightning builds its precision
+            plugin (whose own error would ask to install a CUDA library).
     """
 
     name: str
@@ -129,6 +132,7 @@ class AcceleratorSpec:
     single_strategy: str
     parallel_strategy: str
     peak_flops: str = ""
+    refused_precisions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)

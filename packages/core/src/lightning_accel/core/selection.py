@@ -22,10 +22,12 @@ unchanged:
   when ``strategy=`` names one of the vendor's strategies and the vendor is usable (hardware or emulated).
 - ``_set_devices_flag_if_auto_passed``: in a notebook (Lightning's ``_IS_INTERACTIVE``), ``devices="auto"`` with a
   vendor accelerator takes one device, as Lightning does for CUDA.
-- ``_check_and_init_precision``: Lightning builds its precision plugin (the vendor strategy swaps it for its own);
-  with a vendor accelerator, torch's warning that the CUDA loss scaler Lightning builds for ``"16-mixed"`` under
-  FSDP is disabled without CUDA is not shown, since the vendor plugin scales the loss instead (Lightning silences
-  the same warning for its other ``"16-mixed"`` plugin).
+- ``_check_and_init_precision``: Lightning builds its precision plugin (the vendor strategy swaps it for its own).
+  With a vendor accelerator, a precision the accelerator declares it does not run
+  (:attr:`~lightning_accel.core.plugin.AcceleratorSpec.refused_precisions`) is refused first with its reason, and
+  torch's warning that the CUDA loss scaler Lightning builds for ``"16-mixed"`` under FSDP is disabled without CUDA
+  is not shown, since the vendor plugin scales the loss instead (Lightning silences the same warning for its other
+  ``"16-mixed"`` plugin).
 - ``_choose_strategy``: one device on one node gets the plugin's single-device strategy, otherwise its parallel
   strategy; in a notebook, the vendor's replacement of Lightning's ``DDPStrategy`` started by fork, as Lightning
   picks ``"ddp_fork"`` for CUDA.
@@ -338,8 +340,16 @@ def _wrap_init_precision(tree: Tree, cls: type) -> None:
     original = _original(cls, "_check_and_init_precision")
 
     def _check_and_init_precision(self: Any) -> Any:
-        if _vendor_for(tree, self._accelerator_flag) is None:
+        vendor = _vendor_for(tree, self._accelerator_flag)
+        if vendor is None:
             return original(self)
+        flag = self._precision_flag if tree.kind == "pytorch" else self._precision_input
+        reason = vendor.spec.refused_precisions.get(flag) if isinstance(flag, str) else None
+        if reason is not None:
+            entry = "Trainer" if tree.kind == "pytorch" else "Fabric"
+            raise ConfigurationError(
+                f"{entry}(accelerator={vendor.spec.name!r}, precision={flag!r}) is not supported. {reason}"
+            )
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=re.escape(_CUDA_SCALER_DISABLED))
             return original(self)

@@ -16,6 +16,7 @@ from lightning_accel.core.errors import ConfigurationError
 
 from . import _fp8, _fp8_inference, sdk
 from ._op_lists import read_operator_list
+from .plugin import TRANSFORMER_ENGINE_HINT
 
 __all__ = [
     "PRECISIONS",
@@ -65,10 +66,7 @@ def _hint(value: Any) -> str:
             "weights, and 'bf16-true' gives 16-bit weights (bfloat16)."
         )
     if isinstance(value, str) and value.startswith("transformer-engine"):
-        return (
-            " NVIDIA's Transformer Engine does not run on HPUs; Gaudi's fp8 training is precision='fp8' (the SDK's "
-            "Transformer Engine, Gaudi2 and later)."
-        )
+        return " " + TRANSFORMER_ENGINE_HINT
     if value in (64, "64", "64-true"):
         return " Gaudi has no float64: the SDK computes float64 in float32."
     return ""

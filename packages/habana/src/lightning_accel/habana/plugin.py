@@ -7,9 +7,16 @@ from __future__ import annotations
 
 from lightning_accel.core.plugin import AcceleratorSpec, PluginSpec, StrategySpec
 
-__all__ = ["PLUGIN"]
+__all__ = ["PLUGIN", "TRANSFORMER_ENGINE_HINT"]
 
 _PKG = "lightning_accel.habana"
+
+TRANSFORMER_ENGINE_HINT = (
+    "NVIDIA's Transformer Engine does not run on HPUs (Lightning's plugin for it imports that CUDA library); Gaudi's "
+    "fp8 training is the SDK's Transformer Engine (Gaudi2 and later): plugins=[HPUPrecisionPlugin('fp8')] with the "
+    "Trainer, plugins=[HPUPrecision('fp8')] with Fabric (lightning_accel.habana and lightning_accel.habana.fabric). "
+    "Or use precision='bf16-mixed'."
+)
 
 PLUGIN = PluginSpec(
     name="habana",
@@ -23,6 +30,10 @@ PLUGIN = PluginSpec(
             single_strategy="hpu_single",
             parallel_strategy="hpu_parallel",
             peak_flops=f"{_PKG}.peak_flops:peak_flops",
+            refused_precisions={
+                "transformer-engine": TRANSFORMER_ENGINE_HINT,
+                "transformer-engine-float16": TRANSFORMER_ENGINE_HINT,
+            },
         ),
     ),
     strategies=(
