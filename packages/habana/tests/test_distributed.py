@@ -43,8 +43,9 @@ def _check_same_training(results: list[dict[str, Any]], world_size: int) -> None
         ["--by-name"],
         ["--by-name", "--strategy", "ddp"],
         ["--by-name", "--strategy", "ddp_find_unused_parameters_true"],
+        ["--static-graph"],
     ],
-    ids=["instances", "by-name", "lightnings-ddp", "lightnings-ddp-unused"],
+    ids=["instances", "by-name", "lightnings-ddp", "lightnings-ddp-unused", "static-graph"],
 )
 def test_two_processes_train_in_lockstep(tmp_path: Path, selection: list[str]) -> None:
     # Lightning's own names ("ddp", "ddp_find_unused_parameters_true") select HPUParallelStrategy with
@@ -60,6 +61,8 @@ def test_two_processes_train_in_lockstep(tmp_path: Path, selection: list[str]) -
     _check_same_training(results, 2)
     # Each local rank was given its own (emulated) module by initialize_distributed_hpu.
     assert [r["hls_module_id"] for r in results] == ["0", "1"]
+    # DDP's static_graph=True reaches the DDP module (it needs the SDK's pinned host memory for its buckets).
+    assert [r["static_graph"] for r in results] == [selection == ["--static-graph"]] * 2
 
 
 def test_two_nodes_train_together(tmp_path: Path) -> None:

@@ -84,6 +84,7 @@ class _Record(Callback):
                 "rendezvous": (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")),
                 "state_dict": {k: v.detach().cpu() for k, v in pl_module.state_dict().items()},
                 "hook_calls": HOOK_CALLS[0],
+                "static_graph": bool(getattr(trainer.model, "static_graph", False)),
             },
             self.out / f"rank{trainer.global_rank}.pt",
         )
@@ -97,6 +98,7 @@ def main() -> None:
     parser.add_argument("--by-name", action="store_true", help="select accelerator and strategy by string")
     parser.add_argument("--strategy", default="hpu_parallel", help="the strategy name, with --by-name")
     parser.add_argument("--comm-hook", default="", help="bf16, fp16-wrapper or post-localsgd")
+    parser.add_argument("--static-graph", action="store_true", help="DDP's static_graph=True")
     args = parser.parse_args()
     seed_everything(11)
     model = digits_classifier()
@@ -107,7 +109,9 @@ def main() -> None:
         selection = {
             "accelerator": HPUAccelerator(),
             "strategy": HPUParallelStrategy(
-                parallel_devices=[torch.device("hpu")] * args.devices, **_comm_hook(args.comm_hook)
+                parallel_devices=[torch.device("hpu")] * args.devices,
+                **_comm_hook(args.comm_hook),
+                **({"static_graph": True} if args.static_graph else {}),
             ),
         }
     trainer = Trainer(

@@ -378,7 +378,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.fabric.strategies:DDPStrategy", "_process_group_backend", "instance_attribute", None,
                 "read", _HCCL),
     PrivateName("lightning.fabric.strategies:DDPStrategy", "_timeout", "instance_attribute", None, "read", _HCCL),
-    # Fabric's FSDP keeps its FullyShardedDataParallel arguments here; the HPU strategy builds the mesh of a tuple in it.
+    # Fabric's FSDP keeps its FullyShardedDataParallel arguments here; the HPU strategy builds a tuple's mesh in it.
     PrivateName("lightning.fabric.strategies:FSDPStrategy", "_fsdp_kwargs", "instance_attribute", None, "read",
                 ("lightning_accel.habana.fabric.fsdp",)),
     PrivateName("lightning.pytorch.core.module:LightningModule", "_compiler_ctx", "instance_attribute", None, "read",
