@@ -19,9 +19,10 @@ def final_accuracy(stdout: str) -> float:
     [
         ("habana/train_digits.py", ["--devices", "1"], "hpu"),
         ("habana/train_digits.py", ["--devices", "2"], "hpu"),
+        ("habana/from_gpu.py", [], "hpu"),
         ("graphcore/train_digits.py", ["--devices", "8", "--device-iterations", "4"], "ipu"),
     ],
-    ids=["hpu-1", "hpu-2", "ipu-8x4"],
+    ids=["hpu-1", "hpu-2", "hpu-gpu-script", "ipu-8x4"],
 )
 def test_example_trains(run, tmp_path, script: str, args: list[str], emulate: str) -> None:  # type: ignore[no-untyped-def]
     process = run([str(EXAMPLES / script), *args], env={"LIGHTNING_ACCEL_EMULATE": emulate}, cwd=tmp_path)

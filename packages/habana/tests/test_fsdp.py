@@ -95,6 +95,12 @@ def test_trainer_fsdp_precisions_keep_lightnings_dtypes_and_memory(tmp_path: Pat
     # trained with Adam on two ranks; then "16-mixed" with a step whose inf gradient sits in rank 1's shard only,
     # sharded by HYBRID_SHARD over device_mesh=(1, 2).
     results = _run("fsdp_precisions.py", tmp_path)
+    # gradient_clip_val=0.5 (Lightning's FSDP precision refuses it): the norm over both ranks' shards after clipping
+    # is at most 0.5 at every step, and 0.5 at the steps whose gradients were larger.
+    for name in ("32-true", "bf16-mixed", "bf16-true", "16-mixed"):
+        norms = [sum(pair) ** 0.5 for pair in zip(*(r[name]["clipped_squares"] for r in results), strict=True)]
+        assert len(norms) == 24 and max(norms) <= 0.5 * 1.02, (name, norms)
+        assert sum(n > 0.5 * 0.98 for n in norms) >= 3, (name, norms)
     for result in results:
         runs = {name: result[name] for name in ("32-true", "bf16-mixed", "bf16-true", "16-mixed")}
         expected = {  # sharded weights, weights gathered for the forward pass, the last layer's output

@@ -9,7 +9,8 @@ trains with Fabric in one precision.
 Each rank writes to ``rank<N>.pt``, per run: the dtype of the sharded parameters, the dtype of the gathered weight and
 of the output of the last layer inside the forward pass, the device memory in use at the start of the second step
 (shards, gradients and Adam's state) and its peak during that step (the emulator's exact accounting), the validation
-accuracy, and for the overflow run the scale and whether the rank's shard changed at each step.
+accuracy, each step's share of the squared gradient norm after Lightning clipped it (``gradient_clip_val=CLIP``),
+and for the overflow run the scale and whether the rank's shard changed at each step.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer, seed_everythin
 
 PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
 OVERFLOW_STEP = 3
+CLIP = 0.5
 
 
 def _net() -> torch.nn.Module:
@@ -69,7 +71,15 @@ class _Classifier(LightningModule):
         self.log("val_acc", (self.net(x).argmax(dim=1) == y).float().mean(), sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=1e-2)
+        optimizer = torch.optim.Adam(self.parameters(), lr=1e-2)
+        optimizer.register_step_pre_hook(self._record_clipped)
+        return optimizer
+
+    def _record_clipped(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
+        # After Lightning clipped (and unscaled): this rank's share of the squared gradient norm.
+        grads = [p.grad.float() for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        squares = sum(float(g.pow(2).sum()) for g in grads)
+        self.seen.values.setdefault("clipped_squares", []).append(squares)
 
 
 def _shards(module: torch.nn.Module) -> list[torch.Tensor]:
@@ -119,6 +129,7 @@ def _fit(precision: str, root: Path, overflow: bool = False) -> dict[str, Any]:
         precision=None if overflow else precision,  # type: ignore[arg-type]
         plugins=plugins,
         max_epochs=1 if overflow else 3,
+        gradient_clip_val=None if overflow else CLIP,
         limit_train_batches=OVERFLOW_STEP + 3 if overflow else 8,
         limit_val_batches=0 if overflow else None,
         num_sanity_val_steps=0,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
 from lightning.pytorch.plugins.precision import FSDPPrecision
+from typing_extensions import override
 
 from ._fsdp import HPUFSDPPrecisionRules
 
@@ -46,3 +50,23 @@ class HPUFSDPPrecision(HPUFSDPPrecisionRules, FSDPPrecision):  # type: ignore[mi
         >>> strategy = HPUFSDPStrategy(precision_plugin=HPUFSDPPrecision("bf16-mixed"))
         >>> trainer = Trainer(accelerator="hpu", devices=2, strategy=strategy)  # doctest: +SKIP
     """
+
+    fsdp_module: torch.nn.Module | None = None
+    """The root FSDP module, set by :class:`~lightning_accel.habana.HPUFSDPStrategy` once it has wrapped the model."""
+
+    @override
+    def clip_grad_by_norm(self, *args: Any, **kwargs: Any) -> None:
+        """Clip by the norm over all ranks' shards with FSDP's own ``clip_grad_norm_`` on the root module.
+
+        ``Trainer(gradient_clip_val=...)`` with FSDP, which Lightning's own FSDP precision refuses. With
+        ``"16-mixed"`` the gradients are unscaled before they are clipped.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        module = self.fsdp_module
+        if not isinstance(module, FSDP):
+            # The model was wrapped by the user (configure_sharded_model): no root to ask, Lightning's refusal.
+            super().clip_grad_by_norm(*args, **kwargs)
+            return
+        clip_val = kwargs["clip_val"] if "clip_val" in kwargs else args[1]
+        module.clip_grad_norm_(clip_val)

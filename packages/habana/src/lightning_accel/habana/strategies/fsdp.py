@@ -31,6 +31,7 @@ from .._strategy_defaults import HPUCheckpointIODefault
 from ..fsdp_precision import HPUFSDPPrecision
 
 if TYPE_CHECKING:
+    import lightning.pytorch as pl
     from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
     from lightning.pytorch.accelerators import Accelerator
     from torch.distributed.device_mesh import DeviceMesh
@@ -173,6 +174,12 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
         self.accelerator.setup_device(parallel_root_device(self.parallel_devices, self.local_rank))
         self.setup_distributed()
         build_device_mesh(self.kwargs)
+
+    @override
+    def setup(self, trainer: pl.Trainer) -> None:
+        """Set up as Lightning's FSDP does; then the precision plugin clips through the wrapped root module."""
+        super().setup(trainer)
+        self.precision_plugin.fsdp_module = self.model
 
     @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
