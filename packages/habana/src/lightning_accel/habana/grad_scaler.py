@@ -119,11 +119,11 @@ class HPUShardedGradScaler(HPUGradScaler):
     (``Trainer(strategy="hpu_fsdp", precision="16-mixed")``) uses one by default.
 
     Args:
-        init_scale: The first scale factor.
-        growth_factor: The factor the scale grows by after ``growth_interval`` steps with finite gradients.
-        backoff_factor: The factor the scale shrinks by when a step finds an inf or NaN gradient (that step is skipped).
-        growth_interval: How many clean steps in a row make the scale grow.
-        enabled: ``False`` makes every method a no-op, as torch's.
+        init_scale: As :class:`HPUGradScaler`.
+        growth_factor: As :class:`HPUGradScaler`.
+        backoff_factor: As :class:`HPUGradScaler`.
+        growth_interval: As :class:`HPUGradScaler`.
+        enabled: As :class:`HPUGradScaler`.
         process_group: The ranks that share the finding (``None``: all of them).
 
     Example:
