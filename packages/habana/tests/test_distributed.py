@@ -26,6 +26,7 @@ def _check_same_training(results: list[dict[str, Any]], world_size: int) -> None
     assert [r["world_size"] for r in results] == [world_size] * world_size
     expected_sum = float(sum(range(1, world_size + 1)))
     assert [r["sum"] for r in results] == [expected_sum] * world_size
+    assert [r["host_sum"] for r in results] == [("cpu", expected_sum)] * world_size  # reduced through the HPU
     assert [r["max"] for r in results] == [float(world_size)] * world_size
     assert [r["mean"] for r in results] == [expected_sum / world_size] * world_size
     assert [r["broadcast"] for r in results] == ["from-rank-0"] * world_size

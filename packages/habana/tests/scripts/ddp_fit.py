@@ -68,6 +68,8 @@ class _Record(Callback):
         maximum = trainer.strategy.reduce(probe.clone(), reduce_op="max")
         mean = trainer.strategy.reduce(probe.clone(), reduce_op="mean")
         token = trainer.strategy.broadcast(f"from-rank-{trainer.global_rank}", src=0)
+        # A host tensor, as a metric computed on the CPU: HCCL serves HPU tensors only.
+        host = trainer.strategy.reduce(torch.tensor([float(trainer.global_rank + 1)]), reduce_op="sum")
         torch.save(
             {
                 "backend": dist.get_backend(),
@@ -78,6 +80,7 @@ class _Record(Callback):
                 "sum": summed.item(),
                 "max": maximum.item(),
                 "mean": mean.item(),
+                "host_sum": (host.device.type, host.item()),
                 "broadcast": token,
                 "devices": self.devices,
                 "hls_module_id": os.environ.get("HLS_MODULE_ID"),

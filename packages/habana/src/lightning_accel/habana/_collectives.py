@@ -9,6 +9,8 @@ import torch.distributed as dist
 
 from lightning_accel.core.errors import ConfigurationError
 
+from . import sdk
+
 __all__ = ["all_reduce", "resolve_reduce_op"]
 
 _BY_NAME = {"sum": "SUM", "min": "MIN", "max": "MAX", "mean": "AVG", "avg": "AVG"}
@@ -44,6 +46,8 @@ def resolve_reduce_op(reduce_op: Any) -> tuple[Any, bool]:
 def all_reduce(tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
     """Reduce ``tensor`` over all processes in place and return it; non-tensors and single processes pass through.
 
+    A host tensor is reduced through this process's HPU (HCCL serves HPU tensors only) and stays on the host.
+
     Args:
         tensor: The tensor to reduce; anything else is returned unchanged.
         group: The process group; the whole world when ``None``.
@@ -56,10 +60,16 @@ def all_reduce(tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -
     if not isinstance(tensor, torch.Tensor) or not (dist.is_available() and dist.is_initialized()):
         return tensor
     group = dist.group.WORLD if group is None else group
-    dist.all_reduce(tensor, op=op, group=group)
-    if not divide:
-        return tensor
-    world_size = dist.get_world_size(group)
-    if torch.is_floating_point(tensor) or torch.is_complex(tensor):
-        return tensor.div_(world_size)
-    return tensor.copy_(torch.div(tensor, world_size, rounding_mode="floor"))
+    # HCCL reduces HPU tensors only: a host tensor (a metric computed on the CPU) goes through this process's HPU and
+    # gets the result back in place, as lightning-habana's reduce moved it to the root device.
+    work = tensor if tensor.device.type == sdk.DEVICE_TYPE else tensor.to(sdk.DEVICE_TYPE)
+    dist.all_reduce(work, op=op, group=group)
+    if divide:
+        world_size = dist.get_world_size(group)
+        if torch.is_floating_point(work) or torch.is_complex(work):
+            work.div_(world_size)
+        else:
+            work.copy_(torch.div(work, world_size, rounding_mode="floor"))
+    if work is not tensor:
+        tensor.copy_(work.to(tensor.device))
+    return tensor
