@@ -113,32 +113,25 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.strategies import DDPStrategy
 
 quiet = dict(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
-try:
-    ddp = DDPStrategy(process_group_backend="hccl")
-    L.Trainer(accelerator="hpu", devices=1, strategy=ddp, **quiet).fit(BoringModel())
-except Exception as exc:  # refused before launch: the SDK's init_process_group has no device_id
-    print("LIGHTNING_DDP:", type(exc).__name__, exc)
-trainer = L.Trainer(accelerator="hpu", devices=1, strategy="hpu_parallel", **quiet)
+ddp = DDPStrategy(process_group_backend="hccl", find_unused_parameters=True)
+trainer = L.Trainer(accelerator="hpu", devices=1, strategy=ddp, **quiet)
 trainer.fit(BoringModel())
-print("HPU_PARALLEL:", trainer.strategy.root_device, torch.distributed.get_backend())
+strategy = trainer.strategy
+seen = (type(strategy).__name__, strategy.root_device, torch.distributed.get_backend(), strategy._ddp_kwargs)
+print("LIGHTNING_DDP:", *seen)
 """
 
 
-def test_lightnings_ddp_instance_is_refused_before_launch_naming_hpu_parallel_which_starts(tmp_path: Path) -> None:
+def test_lightnings_ddp_instance_runs_as_hpu_parallel_joining_hccl_without_device_id(tmp_path: Path) -> None:
     # Lightning's DDPStrategy passes device_id=root_device, which the SDK's init_process_group does not take (and torch
-    # refuses for the index-less "hpu" every Gaudi process has), so an instance of it is refused before launch, naming
-    # the HPU strategy; HPUParallelStrategy joins the process group without it.
+    # refuses for the index-less "hpu" every Gaudi process has): an instance of it becomes HPUParallelStrategy with its
+    # arguments, which joins the process group without it.
     env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     process = subprocess.run(
         [PYTHON, "-c", DEVICE_ID_SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert process.returncode == 0, process.stderr[-3000:]
-    assert (
-        "LIGHTNING_DDP: ConfigurationError strategy=DDPStrategy(...) is Lightning's strategy for its own devices "
-        "and does not run on accelerator='hpu'. Pass HPUParallelStrategy(...) from "
-        "lightning_accel.habana.strategies.parallel with the same arguments, or a name: 'hpu_parallel', 'ddp'"
-    ) in process.stdout
-    assert "HPU_PARALLEL: hpu hccl" in process.stdout
+    assert "LIGHTNING_DDP: HPUParallelStrategy hpu hccl {'find_unused_parameters': True}" in process.stdout
 
 
 def _two_node_env(launcher: str, node_rank: int, port: str) -> dict[str, str]:

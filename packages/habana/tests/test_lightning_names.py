@@ -65,22 +65,49 @@ def test_a_lightning_strategy_without_an_hpu_counterpart_is_refused_naming_what_
     assert "or the HPU strategies 'hpu_ddp', 'hpu_fsdp', 'hpu_parallel', 'hpu_single'" in message
 
 
-@pytest.mark.parametrize(
-    ("strategy", "hpu_class", "module"),
-    [
-        (DDPStrategy(find_unused_parameters=True), "HPUParallelStrategy", "lightning_accel.habana.strategies.parallel"),
-        (FSDPStrategy(), "HPUFSDPStrategy", "lightning_accel.habana.strategies.fsdp"),
-    ],
-    ids=["DDPStrategy", "FSDPStrategy"],
-)
-def test_an_instance_of_lightnings_class_is_refused_before_launch_naming_the_hpu_class(
-    strategy: Any, hpu_class: str, module: str
-) -> None:
+def test_an_instance_of_lightnings_ddp_becomes_the_hpu_strategy_with_its_arguments() -> None:
+    from datetime import timedelta
+
+    from lightning.fabric.strategies import DDPStrategy as FabricDDPStrategy
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    given = DDPStrategy(
+        find_unused_parameters=True,
+        static_graph=True,
+        start_method="spawn",
+        timeout=timedelta(minutes=7),
+        ddp_comm_hook=default_hooks.bf16_compress_hook,
+    )
+    trainer = pl.Trainer(accelerator="hpu", devices=2, strategy=given, precision="bf16-mixed", **QUIET)
+    strategy = trainer.strategy
+    assert type(strategy) is HPUParallelStrategy
+    assert strategy._ddp_kwargs == {"find_unused_parameters": True, "static_graph": True}
+    assert (strategy._start_method, strategy._timeout) == ("spawn", timedelta(minutes=7))
+    assert strategy._ddp_comm_hook is default_hooks.bf16_compress_hook
+    assert strategy.process_group_backend == "hccl"
+    assert type(strategy.precision_plugin).__name__ == "HPUPrecisionPlugin"
+
+    fabric = Fabric(accelerator="hpu", devices=2, strategy=FabricDDPStrategy(find_unused_parameters=True))
+    assert type(fabric.strategy) is FabricHPUParallelStrategy
+    assert fabric.strategy._ddp_kwargs == {"find_unused_parameters": True}
+
+
+def test_an_instance_with_another_process_group_backend_is_refused() -> None:
+    match = (
+        r"DDPStrategy\(process_group_backend='nccl'\) does not run on HPUs\. Accepted: process_group_backend='hccl' "
+        r"or None \(HCCL, Gaudi's collective library\)\."
+    )
+    with pytest.raises(ConfigurationError, match=match):
+        pl.Trainer(accelerator="hpu", devices=2, strategy=DDPStrategy(process_group_backend="nccl"), **QUIET)
+
+
+def test_an_instance_of_lightnings_fsdp_is_refused_before_launch_naming_the_hpu_class() -> None:
     with pytest.raises(ConfigurationError) as refused:
-        pl.Trainer(accelerator="hpu", devices=2, strategy=strategy, **QUIET)
+        pl.Trainer(accelerator="hpu", devices=2, strategy=FSDPStrategy(), **QUIET)
     assert str(refused.value).startswith(
-        f"strategy={type(strategy).__name__}(...) is Lightning's strategy for its own devices and does not run on "
-        f"accelerator='hpu'. Pass {hpu_class}(...) from {module} with the same arguments, or a name: "
+        "strategy=FSDPStrategy(...) is Lightning's strategy for its own devices and does not run on "
+        "accelerator='hpu'. Pass HPUFSDPStrategy(...) from lightning_accel.habana.strategies.fsdp with the same "
+        "arguments, or a name: "
     )
 
 

@@ -378,6 +378,16 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.fabric.strategies:DDPStrategy", "_process_group_backend", "instance_attribute", None,
                 "read", _HCCL),
     PrivateName("lightning.fabric.strategies:DDPStrategy", "_timeout", "instance_attribute", None, "read", _HCCL),
+    # Lightning's DDPStrategy instances rebuilt as the HPU strategy with the arguments their __init__ stored.
+    *(
+        PrivateName(f"lightning.{tree}.strategies:{owner}", name, "instance_attribute", None, "read",
+                    ("lightning_accel.habana._from_lightning",))
+        for tree in ("pytorch", "fabric")
+        for owner, name in (("Strategy", "_accelerator"), ("DDPStrategy", "_start_method"),
+                            ("DDPStrategy", "_ddp_kwargs"))
+    ),
+    PrivateName("lightning.pytorch.strategies:DDPStrategy", "_model_averaging_period", "instance_attribute", None,
+                "read", ("lightning_accel.habana._from_lightning",)),
     # Fabric's FSDP keeps its FullyShardedDataParallel arguments here; the HPU strategy builds a tuple's mesh in it.
     PrivateName("lightning.fabric.strategies:FSDPStrategy", "_fsdp_kwargs", "instance_attribute", None, "read",
                 ("lightning_accel.habana.fabric.fsdp",)),

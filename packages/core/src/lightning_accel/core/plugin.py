@@ -93,7 +93,9 @@ class StrategySpec:
         replaces: The name of the Lightning strategy class this strategy stands for on its accelerator (e.g.
             ``"DDPStrategy"``): with that accelerator, each of Lightning's names registered for that class
             (``strategy="ddp"``, ``"ddp_spawn"``, ``"ddp_find_unused_parameters_true"`` ...) selects this strategy,
-            built with the arguments Lightning's name stands for. Empty: none.
+            built with the arguments Lightning's name stands for. An instance of that class is converted by the
+            strategy class's ``from_lightning_strategy(instance)`` classmethod when it has one (refused, naming
+            this strategy, when not). Empty: none.
     """
 
     name: str

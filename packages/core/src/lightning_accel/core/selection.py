@@ -13,9 +13,10 @@ unchanged:
   fails with the plugin's reason (which says how to turn emulation on), not Lightning's generic message. With a
   vendor accelerator (named, or chosen by ``"auto"``), Lightning's own strategy names (``"ddp"``, ``"ddp_spawn"``,
   ``"fsdp"``, ``"deepspeed_stage_2"`` ...) select the vendor strategy that declares it replaces their class
-  (:attr:`~lightning_accel.core.plugin.StrategySpec.replaces`), built with the arguments the name stands for; a
-  Lightning strategy with no such counterpart, or an instance of Lightning's class, is refused before launch,
-  naming the vendor's equivalent.
+  (:attr:`~lightning_accel.core.plugin.StrategySpec.replaces`), built with the arguments the name stands for. An
+  instance of Lightning's class becomes the vendor strategy with the same arguments when the vendor class offers a
+  ``from_lightning_strategy(instance)`` classmethod; otherwise it is refused before launch, naming the vendor's
+  equivalent, as is a Lightning strategy with no such counterpart.
 - ``_check_device_config_and_set_final_flags``: ``devices=0`` (or ``"0"``, ``[]``) with a vendor accelerator fails
   with what is accepted and the fix (Lightning's message names neither).
 - ``_choose_auto_accelerator``: ``accelerator="auto"`` picks a vendor only when its real hardware is present, or
@@ -241,6 +242,10 @@ def _use_vendor_equivalent(tree: Tree, connector: Any) -> None:
     if _is_lightnings(lightning_class) and equivalent is not None:
         name, vendor_class = equivalent
         target = vendor_class.load()
+        convert = getattr(target, "from_lightning_strategy", None)
+        if callable(convert):
+            connector._strategy_flag = convert(flag)
+            return
         aliases = _lightning_names(strategy_registry, {lightning_class.__name__})
         raise ConfigurationError(
             f"strategy={lightning_class.__name__}(...) is Lightning's strategy for its own devices and does not run "

@@ -13,6 +13,7 @@ from typing_extensions import override
 from .. import sdk
 from .._accelerator_check import RequiresHPUAccelerator
 from .._devices import RootDevice
+from .._from_lightning import lightning_ddp_arguments
 from .._hccl_strategy import HCCLStrategyMixin
 from .._lazy import MarkStepAfterUpdates
 from .._strategy_defaults import HPUCheckpointIODefault
@@ -119,6 +120,17 @@ class HPUParallelStrategy(
             start_method=start_method,
             **kwargs,
         )
+
+    @classmethod
+    def from_lightning_strategy(cls, strategy: DDPStrategy) -> HPUParallelStrategy:
+        """This strategy with the arguments of Fabric's ``DDPStrategy(...)`` instance ``strategy``.
+
+        The core calls it for ``Fabric(accelerator="hpu", strategy=DDPStrategy(...))``.
+
+        Raises:
+            ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``.
+        """
+        return cls(**lightning_ddp_arguments(strategy, "precision"))
 
     @classmethod
     @override

@@ -15,6 +15,7 @@ from typing_extensions import override
 from lightning_accel.core.compat import register_ddp_comm_hook
 
 from .. import sdk
+from .._from_lightning import lightning_ddp_arguments
 from .._hccl_strategy import HCCLStrategyMixin
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from .._strategy_defaults import HPUCheckpointIODefault
@@ -104,6 +105,18 @@ class HPUParallelStrategy(
             start_method=start_method,
             **kwargs,
         )
+
+    @classmethod
+    def from_lightning_strategy(cls, strategy: DDPStrategy) -> HPUParallelStrategy:
+        """This strategy with the arguments of Lightning's ``DDPStrategy(...)`` instance ``strategy``.
+
+        The core calls it for ``Trainer(accelerator="hpu", strategy=DDPStrategy(...))``, so a GPU script's instance
+        runs on HPUs as the name ``"ddp"`` does.
+
+        Raises:
+            ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``.
+        """
+        return cls(**lightning_ddp_arguments(strategy, "precision_plugin"))
 
     @override
     def _register_ddp_hooks(self) -> None:
