@@ -20,9 +20,10 @@ def final_accuracy(stdout: str) -> float:
         ("habana/train_digits.py", ["--devices", "1"], "hpu"),
         ("habana/train_digits.py", ["--devices", "2"], "hpu"),
         ("habana/from_gpu.py", [], "hpu"),
+        ("habana/from_gpu.py", ["--strategy", "fsdp", "--max-epochs", "4"], "hpu"),
         ("graphcore/train_digits.py", ["--devices", "8", "--device-iterations", "4"], "ipu"),
     ],
-    ids=["hpu-1", "hpu-2", "hpu-gpu-script", "ipu-8x4"],
+    ids=["hpu-1", "hpu-2", "hpu-gpu-script", "hpu-gpu-script-fsdp", "ipu-8x4"],
 )
 def test_example_trains(run, tmp_path, script: str, args: list[str], emulate: str) -> None:  # type: ignore[no-untyped-def]
     process = run([str(EXAMPLES / script), *args], env={"LIGHTNING_ACCEL_EMULATE": emulate}, cwd=tmp_path)

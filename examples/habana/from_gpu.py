@@ -6,7 +6,7 @@ Lightning's names select the HPU strategies (``"ddp"`` is ``HPUParallelStrategy`
 scales the loss with ``HPUGradScaler``; ``docs/migration.md`` ("From CUDA") lists what maps and what differs.
 
     LIGHTNING_ACCEL_EMULATE=hpu python examples/habana/from_gpu.py   # on a laptop, on the HPU emulator
-    python examples/habana/from_gpu.py --strategy ddp_spawn          # another of Lightning's DDP names
+    python examples/habana/from_gpu.py --strategy fsdp               # Lightning's FSDP name
     python examples/habana/from_gpu.py --accelerator cuda            # the unchanged GPU run, where CUDA is
 """
 

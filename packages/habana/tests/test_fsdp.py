@@ -57,6 +57,8 @@ def test_trainer_fsdp_shards_trains_and_resumes(tmp_path: Path, variant: str) ->
         assert result["first"]["devices"] == ["hpu", "hpu"]  # batch and parameters inside training_step
     _check_half_each([r["first"]["local_numel"] for r in results], results[0]["total_numel"])
     assert min(r["first_val_acc"] for r in results) > 0.85
+    # trainer.validate(ckpt_path=...) after trainer.fit in the same Trainer: the saved weights, the same accuracy.
+    assert [r["validated_val_acc"] for r in results] == [r["first_val_acc"] for r in results]
     for result in results:
         first, second = result["first"], result["second"]
         # The resumed run starts where the saved one ended: step, weights and optimizer state.

@@ -93,11 +93,16 @@ def main() -> None:
     trainer.fit(model, train, val)
     checkpoint = args.out / "fsdp.ckpt"
     trainer.save_checkpoint(checkpoint)
+    first_val_acc = float(trainer.callback_metrics["val_acc"])
+    # A later stage of the same Trainer from the checkpoint just written (Lightning's own FSDP strategy fails here
+    # when the model was wrapped whole, Lightning issue #20373).
+    validated = trainer.validate(model, val, ckpt_path=checkpoint, verbose=False)[0]["val_acc"]
     plugin = trainer.strategy.precision_plugin
     config = plugin.mixed_precision_config
     result: dict[str, Any] = {
         "first": first.seen,
-        "first_val_acc": float(trainer.callback_metrics["val_acc"]),
+        "first_val_acc": first_val_acc,
+        "validated_val_acc": validated,
         "strategy": type(trainer.strategy).__name__,
         "state_dict_type": "sharded" if checkpoint.is_dir() else "full",
         "plugin": type(plugin).__name__,

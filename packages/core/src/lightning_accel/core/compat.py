@@ -388,6 +388,11 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName("lightning.pytorch.strategies:DDPStrategy", "_model_averaging_period", "instance_attribute", None,
                 "read", ("lightning_accel.habana._from_lightning",)),
+    # Lightning reverts sync_batchnorm's layers at teardown; under FSDP that breaks a later stage of the Trainer.
+    PrivateName("lightning.pytorch.strategies:ParallelStrategy", "_layer_sync", "instance_attribute", None, "read",
+                ("lightning_accel.habana.strategies.fsdp",)),
+    PrivateName("lightning.pytorch.strategies:FSDPStrategy", "_setup_model", "method", ("self", "model"), "overridden",
+                ("lightning_accel.habana.strategies.fsdp",)),
     # Fabric's FSDP keeps its FullyShardedDataParallel arguments here; the HPU strategy builds a tuple's mesh in it.
     PrivateName("lightning.fabric.strategies:FSDPStrategy", "_fsdp_kwargs", "instance_attribute", None, "read",
                 ("lightning_accel.habana.fabric.fsdp",)),

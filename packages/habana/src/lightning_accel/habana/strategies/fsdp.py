@@ -182,6 +182,33 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
         self.precision_plugin.fsdp_module = self.model
 
     @override
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        # A later stage of the same Trainer (trainer.test after trainer.fit) gets the LightningModule back with its
+        # parameters as views of the shards, which wrapping again would flatten as if they were whole (Lightning's
+        # strategy then fails to load a checkpoint into it, Lightning issue #20373): the root wrapped before is reused.
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        root, modules = self.__dict__.get("_hpu_fsdp_root") or (None, ())
+        if isinstance(root, FSDP) and root.module is model and all(m in modules for m in model.modules()):
+            return root
+        wrapped = super()._setup_model(model)
+        self.__dict__["_hpu_fsdp_root"] = (wrapped, tuple(wrapped.modules())) if isinstance(wrapped, FSDP) else None
+        return wrapped
+
+    @override
+    def teardown(self) -> None:
+        """Tear down as Lightning's FSDP does, keeping the SyncBatchNorm layers of ``sync_batchnorm=True``.
+
+        Lightning converts them back to BatchNorm here, building new layers around the shard views FSDP no longer
+        tracks, so a later stage of the same Trainer ran them on shards. SyncBatchNorm evaluates as BatchNorm does.
+        """
+        layer_sync, self._layer_sync = self._layer_sync, None
+        try:
+            super().teardown()
+        finally:
+            self._layer_sync = layer_sync
+
+    @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
         """The model's state: for ``"full"``, gathered to rank 0's host unit by unit (see ``_fsdp``)."""
         if not self._full:
