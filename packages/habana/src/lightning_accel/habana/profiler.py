@@ -57,6 +57,10 @@ def _current_activities(requested: list[Any] | None) -> list[Any]:
 _LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
 
 
+def _name(activity: Any) -> str:
+    return str(getattr(activity, "name", activity))
+
+
 def record_hpu_activity(profiler: object) -> None:
     """Make Lightning's own ``PyTorchProfiler`` (``Trainer(profiler="pytorch")``) record HPU activity too.
 
@@ -70,7 +74,9 @@ def record_hpu_activity(profiler: object) -> None:
         return
     kwargs: dict[str, Any] = profiler._profiler_kwargs  # type: ignore[attr-defined]
     activities = kwargs.get("activities")
-    if not activities or list(activities) != profiler._default_activities():  # type: ignore[attr-defined]
+    defaults = profiler._default_activities()  # type: ignore[attr-defined]
+    # By name: the SDK may have swapped torch.profiler's activity enum since the profiler was built.
+    if not activities or [_name(a) for a in activities] != [_name(a) for a in defaults]:
         return  # no Kineto (Lightning records nothing then), or activities the user chose
     resolved = _current_activities(list(activities))
     for activity in _activities():
