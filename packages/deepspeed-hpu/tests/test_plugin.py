@@ -114,3 +114,16 @@ def test_lightnings_deepspeed_names_select_deepspeed_on_hpus_with_the_same_stage
     zero = trainer.strategy.config["zero_optimization"]
     assert zero["stage"] == stage
     assert ("offload_optimizer" in zero) is offload_optimizer
+
+
+def test_an_instance_of_lightnings_deepspeed_is_refused_before_launch_naming_the_hpu_class() -> None:
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    from lightning_accel.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as refused:
+        pl.Trainer(accelerator="hpu", devices=2, strategy=DeepSpeedStrategy(stage=2), logger=False)
+    assert str(refused.value).startswith(
+        "strategy=DeepSpeedStrategy(...) is Lightning's strategy for its own devices and does not run on "
+        "accelerator='hpu'. Pass HPUDeepSpeedStrategy(...) from lightning_accel.deepspeed_hpu"
+    )

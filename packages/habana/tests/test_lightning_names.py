@@ -101,14 +101,33 @@ def test_an_instance_with_another_process_group_backend_is_refused() -> None:
         pl.Trainer(accelerator="hpu", devices=2, strategy=DDPStrategy(process_group_backend="nccl"), **QUIET)
 
 
-def test_an_instance_of_lightnings_fsdp_is_refused_before_launch_naming_the_hpu_class() -> None:
-    with pytest.raises(ConfigurationError) as refused:
-        pl.Trainer(accelerator="hpu", devices=2, strategy=FSDPStrategy(), **QUIET)
-    assert str(refused.value).startswith(
-        "strategy=FSDPStrategy(...) is Lightning's strategy for its own devices and does not run on "
-        "accelerator='hpu'. Pass HPUFSDPStrategy(...) from lightning_accel.habana.strategies.fsdp with the same "
-        "arguments, or a name: "
+def test_an_instance_of_lightnings_fsdp_becomes_the_hpu_strategy_with_its_arguments() -> None:
+    import torch
+    from lightning.fabric.strategies import FSDPStrategy as FabricFSDPStrategy
+    from torch.distributed.fsdp import ShardingStrategy
+
+    given = FSDPStrategy(
+        auto_wrap_policy={torch.nn.Linear},
+        activation_checkpointing_policy={torch.nn.Linear},
+        sharding_strategy="SHARD_GRAD_OP",
+        state_dict_type="sharded",
+        cpu_offload=True,
+        limit_all_gathers=False,
     )
+    trainer = pl.Trainer(accelerator="hpu", devices=2, strategy=given, precision="bf16-mixed", **QUIET)
+    strategy = trainer.strategy
+    assert type(strategy) is HPUFSDPStrategy
+    assert strategy.sharding_strategy == ShardingStrategy.SHARD_GRAD_OP
+    assert strategy.kwargs["auto_wrap_policy"] is given.kwargs["auto_wrap_policy"]
+    assert strategy.kwargs["limit_all_gathers"] is False
+    assert strategy._activation_checkpointing_kwargs == given._activation_checkpointing_kwargs
+    assert (strategy._state_dict_type, strategy.cpu_offload.offload_params) == ("sharded", True)
+    assert strategy.process_group_backend == "hccl"
+    assert type(strategy.precision_plugin).__name__ == "HPUFSDPPrecision"
+
+    fabric = Fabric(accelerator="hpu", devices=2, strategy=FabricFSDPStrategy(sharding_strategy="NO_SHARD"))
+    assert type(fabric.strategy).__name__ == "HPUFSDPStrategy"
+    assert fabric.strategy.sharding_strategy == ShardingStrategy.NO_SHARD
 
 
 def test_cpu_keeps_lightnings_own_strategies() -> None:

@@ -1,9 +1,9 @@
 """Child script of the FSDP tests: train the digits classifier with FSDP on two emulated HPUs, save, resume.
 
-It selects everything by name, as a user script that imports only lightning does (``--sharded`` builds the strategy
-instance instead, for ``state_dict_type="sharded"``; ``--flat`` for ``use_orig_params=False`` with full
-checkpoints). Each rank writes what it saw to ``rank<N>.pt``. Lightning's launcher re-runs this file for the second
-local process, so it must work as a plain script.
+It selects everything by name, as a user script that imports only lightning does. ``--sharded`` builds a strategy
+instance instead, Lightning's own ``FSDPStrategy``, for ``state_dict_type="sharded"``; ``--flat`` builds
+``HPUFSDPStrategy(use_orig_params=False)`` with full checkpoints. Each rank writes what it saw to ``rank<N>.pt``.
+Lightning's launcher re-runs this file for the second local process, so it must work as a plain script.
 """
 
 from __future__ import annotations
@@ -75,7 +75,10 @@ def _strategy(sharded: bool, flat: bool) -> Any:
         return HPUFSDPStrategy(state_dict_type="full", use_orig_params=False)
     if not sharded:
         return "hpu_fsdp"
-    return HPUFSDPStrategy(state_dict_type="sharded", auto_wrap_policy={torch.nn.Linear})
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    # Lightning's own class, as a GPU script builds it: on HPUs it becomes HPUFSDPStrategy with these arguments.
+    return FSDPStrategy(state_dict_type="sharded", auto_wrap_policy={torch.nn.Linear})
 
 
 def main() -> None:

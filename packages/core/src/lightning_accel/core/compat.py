@@ -386,6 +386,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         for owner, name in (("Strategy", "_accelerator"), ("DDPStrategy", "_start_method"),
                             ("DDPStrategy", "_ddp_kwargs"))
     ),
+    *(
+        PrivateName(f"lightning.{tree}.strategies:FSDPStrategy", name, "instance_attribute", None, "read",
+                    ("lightning_accel.habana._from_lightning", f"lightning_accel.habana.{module}"))
+        for tree, module in (("pytorch", "strategies.fsdp"), ("fabric", "fabric.fsdp"))
+        for name in ("_state_dict_type", "_activation_checkpointing_kwargs")
+    ),
     PrivateName("lightning.pytorch.strategies:DDPStrategy", "_model_averaging_period", "instance_attribute", None,
                 "read", ("lightning_accel.habana._from_lightning",)),
     # Lightning reverts sync_batchnorm's layers at teardown; under FSDP that breaks a later stage of the Trainer.

@@ -1,10 +1,10 @@
-"""Lightning's own ``DDPStrategy`` instances, rebuilt as the HPU strategy with the same arguments.
+"""Lightning's own ``DDPStrategy`` and ``FSDPStrategy`` instances, rebuilt as the HPU strategy with the same arguments.
 
 A script written for GPUs passes ``strategy=DDPStrategy(find_unused_parameters=True)`` (or ``static_graph=True``, a
-communication hook ...). That class joins its process group with ``device_id``, which the SDK's
-``init_process_group`` lacks, and registers hooks on CUDA only, so on HPUs the core asks the HPU strategy for its
-equivalent (``from_lightning_strategy``) before launch. The arguments are read back from the attributes Lightning's
-``DDPStrategy.__init__`` stores them in (both trees; the Trainer's also keeps the communication hooks).
+communication hook ...) or ``FSDPStrategy(auto_wrap_policy=..., sharding_strategy=...)``. Those classes join their
+process group with ``device_id``, which the SDK's ``init_process_group`` lacks, and set up CUDA (hooks, FSDP's
+device), so on HPUs the core asks the HPU strategy for its equivalent (``from_lightning_strategy``) before launch.
+The arguments are read back from the attributes Lightning's ``__init__`` stores them in (both trees).
 """
 
 from __future__ import annotations
@@ -15,7 +15,28 @@ from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
 
-__all__ = ["lightning_ddp_arguments"]
+__all__ = ["lightning_ddp_arguments", "lightning_fsdp_arguments"]
+
+
+def _common_arguments(strategy: Any, precision_argument: str) -> dict[str, Any]:
+    """The arguments every Lightning parallel strategy of either tree stores; the backend checked."""
+    backend = strategy._process_group_backend
+    if backend not in (None, sdk.distributed_backend()):
+        raise ConfigurationError(
+            f"{type(strategy).__name__}(process_group_backend={backend!r}) does not run on HPUs. Accepted: "
+            f"process_group_backend={sdk.distributed_backend()!r} or None (HCCL, Gaudi's collective library)."
+        )
+    trainer = precision_argument == "precision_plugin"
+    arguments: dict[str, Any] = {
+        "accelerator": strategy._accelerator,
+        "parallel_devices": strategy.parallel_devices,
+        "cluster_environment": strategy.cluster_environment,
+        precision_argument: strategy._precision_plugin if trainer else strategy._precision,
+        "timeout": strategy._timeout,
+    }
+    if trainer or hasattr(strategy, "_ddp_kwargs"):  # Fabric's FSDP takes no checkpoint_io
+        arguments["checkpoint_io"] = strategy._checkpoint_io
+    return arguments
 
 
 def lightning_ddp_arguments(strategy: Any, precision_argument: str) -> dict[str, Any]:
@@ -29,23 +50,8 @@ def lightning_ddp_arguments(strategy: Any, precision_argument: str) -> dict[str,
     Raises:
         ConfigurationError: For a ``process_group_backend`` other than HCCL's.
     """
-    backend = strategy._process_group_backend
-    if backend not in (None, sdk.distributed_backend()):
-        raise ConfigurationError(
-            f"{type(strategy).__name__}(process_group_backend={backend!r}) does not run on HPUs. Accepted: "
-            f"process_group_backend={sdk.distributed_backend()!r} or None (HCCL, Gaudi's collective library)."
-        )
-    precision = strategy._precision_plugin if precision_argument == "precision_plugin" else strategy._precision
-    arguments: dict[str, Any] = {
-        "accelerator": strategy._accelerator,
-        "parallel_devices": strategy.parallel_devices,
-        "cluster_environment": strategy.cluster_environment,
-        "checkpoint_io": strategy._checkpoint_io,
-        precision_argument: precision,
-        "timeout": strategy._timeout,
-        "start_method": strategy._start_method,
-        **strategy._ddp_kwargs,
-    }
+    arguments = _common_arguments(strategy, precision_argument)
+    arguments.update(start_method=strategy._start_method, **strategy._ddp_kwargs)
     if hasattr(strategy, "_ddp_comm_hook"):  # the Trainer's
         arguments.update(
             ddp_comm_state=strategy._ddp_comm_state,
@@ -53,4 +59,25 @@ def lightning_ddp_arguments(strategy: Any, precision_argument: str) -> dict[str,
             ddp_comm_wrapper=strategy._ddp_comm_wrapper,
             model_averaging_period=strategy._model_averaging_period,
         )
+    return arguments
+
+
+def lightning_fsdp_arguments(strategy: Any, precision_argument: str) -> dict[str, Any]:
+    """The constructor arguments of Lightning's ``FSDPStrategy`` instance ``strategy``.
+
+    Its ``auto_wrap_policy`` and ``device_mesh`` are among the FSDP keywords Lightning keeps; its activation
+    checkpointing, which Lightning keeps only in a form its constructor does not take, is copied by the caller.
+
+    Raises:
+        ConfigurationError: For a ``process_group_backend`` other than HCCL's.
+    """
+    arguments = _common_arguments(strategy, precision_argument)
+    fsdp_kwargs = strategy.kwargs if precision_argument == "precision_plugin" else strategy._fsdp_kwargs
+    arguments.update(
+        cpu_offload=strategy.cpu_offload,
+        mixed_precision=strategy.mixed_precision,
+        sharding_strategy=strategy.sharding_strategy,
+        state_dict_type=strategy._state_dict_type,
+        **fsdp_kwargs,
+    )
     return arguments

@@ -57,7 +57,7 @@ def _current_activities(requested: list[Any] | None) -> list[Any]:
 _LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
 
 
-def _name(activity: Any) -> str:
+def _activity_name(activity: Any) -> str:
     return str(getattr(activity, "name", activity))
 
 
@@ -76,7 +76,7 @@ def record_hpu_activity(profiler: object) -> None:
     activities = kwargs.get("activities")
     defaults = profiler._default_activities()  # type: ignore[attr-defined]
     # By name: the SDK may have swapped torch.profiler's activity enum since the profiler was built.
-    if not activities or [_name(a) for a in activities] != [_name(a) for a in defaults]:
+    if not activities or [_activity_name(a) for a in activities] != [_activity_name(a) for a in defaults]:
         return  # no Kineto (Lightning records nothing then), or activities the user chose
     resolved = _current_activities(list(activities))
     for activity in _activities():

@@ -16,6 +16,7 @@ from typing_extensions import override
 
 from .. import sdk
 from .._devices import parallel_root_device
+from .._from_lightning import lightning_fsdp_arguments
 from .._fsdp import (
     build_device_mesh,
     check_state_dict_type,
@@ -100,6 +101,21 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
             **kwargs,
         )
         self._full = state_dict_type == "full"
+
+    @classmethod
+    def from_lightning_strategy(cls, strategy: FSDPStrategy) -> HPUFSDPStrategy:
+        """This strategy with the arguments of Lightning's ``FSDPStrategy(...)`` instance ``strategy``.
+
+        The core calls it for ``Fabric(accelerator="hpu", strategy=FSDPStrategy(...))``, so a GPU script's instance
+        runs on HPUs as the name ``"fsdp"`` does.
+
+        Raises:
+            ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``, or arguments the HPU strategy
+                refuses.
+        """
+        converted = cls(**lightning_fsdp_arguments(strategy, "precision"))
+        converted._activation_checkpointing_kwargs = strategy._activation_checkpointing_kwargs
+        return converted
 
     @property
     @override
