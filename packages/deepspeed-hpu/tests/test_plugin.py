@@ -116,14 +116,20 @@ def test_lightnings_deepspeed_names_select_deepspeed_on_hpus_with_the_same_stage
     assert ("offload_optimizer" in zero) is offload_optimizer
 
 
-def test_an_instance_of_lightnings_deepspeed_is_refused_before_launch_naming_the_hpu_class() -> None:
+def test_an_instance_of_lightnings_deepspeed_becomes_the_hpu_strategy_with_its_arguments() -> None:
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
     from lightning_accel.core.errors import ConfigurationError
+    from lightning_accel.deepspeed_hpu import HPUDeepSpeedStrategy
 
-    with pytest.raises(ConfigurationError) as refused:
-        pl.Trainer(accelerator="hpu", devices=2, strategy=DeepSpeedStrategy(stage=2), logger=False)
-    assert str(refused.value).startswith(
-        "strategy=DeepSpeedStrategy(...) is Lightning's strategy for its own devices and does not run on "
-        "accelerator='hpu'. Pass HPUDeepSpeedStrategy(...) from lightning_accel.deepspeed_hpu"
-    )
+    given = DeepSpeedStrategy(stage=3, offload_optimizer=True, load_full_weights=True, initial_scale_power=12)
+    trainer = pl.Trainer(accelerator="hpu", devices=2, strategy=given, precision="bf16-mixed", logger=False)
+    strategy = trainer.strategy
+    assert type(strategy) is HPUDeepSpeedStrategy
+    zero = strategy.config["zero_optimization"]
+    assert (zero["stage"], zero["offload_optimizer"]["device"]) == (3, "cpu")
+    assert (strategy.load_full_weights, strategy.initial_scale_power) == (True, 12)
+    assert strategy.process_group_backend == "hccl"
+
+    with pytest.raises(ConfigurationError, match=r"DeepSpeedStrategy\(process_group_backend='nccl'\) does not run"):
+        pl.Trainer(accelerator="hpu", devices=2, strategy=DeepSpeedStrategy(process_group_backend="nccl"))

@@ -378,10 +378,10 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.fabric.strategies:DDPStrategy", "_process_group_backend", "instance_attribute", None,
                 "read", _HCCL),
     PrivateName("lightning.fabric.strategies:DDPStrategy", "_timeout", "instance_attribute", None, "read", _HCCL),
-    # Lightning's DDPStrategy instances rebuilt as the HPU strategy with the arguments their __init__ stored.
+    # Lightning's strategy instances rebuilt as the HPU strategy with the arguments their __init__ stored.
     *(
         PrivateName(f"lightning.{tree}.strategies:{owner}", name, "instance_attribute", None, "read",
-                    ("lightning_accel.habana._from_lightning",))
+                    ("lightning_accel.habana._from_lightning", "lightning_accel.deepspeed_hpu.strategy"))
         for tree in ("pytorch", "fabric")
         for owner, name in (("Strategy", "_accelerator"), ("DDPStrategy", "_start_method"),
                             ("DDPStrategy", "_ddp_kwargs"))

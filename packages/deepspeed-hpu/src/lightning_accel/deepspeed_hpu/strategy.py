@@ -519,6 +519,43 @@ class HPUDeepSpeedStrategy(
     # --- registration ----------------------------------------------------------------------------------------------
 
     @classmethod
+    def from_lightning_strategy(cls, strategy: DeepSpeedStrategy) -> HPUDeepSpeedStrategy:
+        """This strategy with the arguments of Lightning's ``DeepSpeedStrategy(...)`` instance ``strategy``.
+
+        The core calls it for ``Trainer(accelerator="hpu", strategy=DeepSpeedStrategy(...))``, so a GPU script's
+        instance runs on HPUs as the names ``"deepspeed_stage_2"`` ... do. Lightning's instance keeps its ZeRO, offload
+        and activation checkpointing arguments as the DeepSpeed config it built, which is handed over as ``config``.
+
+        Raises:
+            ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``, or a config the HPU strategy
+                refuses.
+        """
+        import copy
+
+        backend = strategy._process_group_backend
+        if backend not in (None, sdk.distributed_backend()):
+            raise ConfigurationError(
+                f"DeepSpeedStrategy(process_group_backend={backend!r}) does not run on HPUs. Accepted: "
+                f"process_group_backend={sdk.distributed_backend()!r} or None (HCCL, Gaudi's collective library)."
+            )
+        return cls(
+            accelerator=strategy._accelerator,
+            config=copy.deepcopy(strategy.config),
+            remote_device=strategy.remote_device,
+            load_full_weights=strategy.load_full_weights,
+            exclude_frozen_parameters=strategy.exclude_frozen_parameters,
+            parallel_devices=strategy.parallel_devices,
+            cluster_environment=strategy.cluster_environment,
+            precision_plugin=strategy._precision_plugin,
+            timeout=strategy._timeout,
+            loss_scale=strategy.loss_scale,
+            initial_scale_power=strategy.initial_scale_power,
+            loss_scale_window=strategy.loss_scale_window,
+            hysteresis=strategy.hysteresis,
+            min_loss_scale=strategy.min_loss_scale,
+        )
+
+    @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         """Register the ``hpu_deepspeed*`` names (the core does this from the plugin spec), never Lightning's names."""
