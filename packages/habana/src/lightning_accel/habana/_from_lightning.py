@@ -9,13 +9,15 @@ The arguments are read back from the attributes Lightning's ``__init__`` stores 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
 
-__all__ = ["lightning_ddp_arguments", "lightning_fsdp_arguments"]
+_Strategy = TypeVar("_Strategy")
+
+__all__ = ["lightning_ddp_arguments", "lightning_fsdp_arguments", "rebuild_fsdp"]
 
 
 def _common_arguments(strategy: Any, precision_argument: str) -> dict[str, Any]:
@@ -66,7 +68,8 @@ def lightning_fsdp_arguments(strategy: Any, precision_argument: str) -> dict[str
     """The constructor arguments of Lightning's ``FSDPStrategy`` instance ``strategy``.
 
     Its ``auto_wrap_policy`` and ``device_mesh`` are among the FSDP keywords Lightning keeps; its activation
-    checkpointing, which Lightning keeps only in a form its constructor does not take, is copied by the caller.
+    checkpointing, which Lightning keeps only in a form its constructor does not take, is copied by
+    :func:`rebuild_fsdp`.
 
     Raises:
         ConfigurationError: For a ``process_group_backend`` other than HCCL's.
@@ -81,3 +84,14 @@ def lightning_fsdp_arguments(strategy: Any, precision_argument: str) -> dict[str
         **fsdp_kwargs,
     )
     return arguments
+
+
+def rebuild_fsdp(cls: type[_Strategy], strategy: Any, precision_argument: str) -> _Strategy:
+    """The HPU FSDP strategy ``cls`` of one tree, built with the arguments of Lightning's ``FSDPStrategy`` instance.
+
+    Raises:
+        ConfigurationError: For a ``process_group_backend`` other than HCCL's, or arguments ``cls`` refuses.
+    """
+    converted = cls(**lightning_fsdp_arguments(strategy, precision_argument))
+    converted._activation_checkpointing_kwargs = strategy._activation_checkpointing_kwargs  # type: ignore[attr-defined]
+    return converted

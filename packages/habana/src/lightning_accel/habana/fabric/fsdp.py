@@ -16,7 +16,7 @@ from typing_extensions import override
 
 from .. import sdk
 from .._devices import parallel_root_device
-from .._from_lightning import lightning_fsdp_arguments
+from .._from_lightning import rebuild_fsdp
 from .._fsdp import (
     build_device_mesh,
     check_state_dict_type,
@@ -113,9 +113,7 @@ class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
             ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``, or arguments the HPU strategy
                 refuses.
         """
-        converted = cls(**lightning_fsdp_arguments(strategy, "precision"))
-        converted._activation_checkpointing_kwargs = strategy._activation_checkpointing_kwargs
-        return converted
+        return rebuild_fsdp(cls, strategy, "precision")
 
     @property
     @override

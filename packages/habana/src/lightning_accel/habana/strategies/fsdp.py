@@ -18,7 +18,7 @@ from lightning_accel.core.checkpoint_swap import StagedCheckpoints
 
 from .. import sdk
 from .._devices import parallel_root_device
-from .._from_lightning import lightning_fsdp_arguments
+from .._from_lightning import rebuild_fsdp
 from .._fsdp import (
     build_device_mesh,
     check_state_dict_type,
@@ -146,9 +146,7 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
             ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``, or arguments the HPU strategy
                 refuses.
         """
-        converted = cls(**lightning_fsdp_arguments(strategy, "precision_plugin"))
-        converted._activation_checkpointing_kwargs = strategy._activation_checkpointing_kwargs
-        return converted
+        return rebuild_fsdp(cls, strategy, "precision_plugin")
 
     @property
     @override
