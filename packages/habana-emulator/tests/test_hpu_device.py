@@ -569,12 +569,27 @@ _ALL_REDUCE_SCRIPT = textwrap.dedent(
     source = torch.arange(3.0, device="hpu") if rank == 0 else torch.zeros(3, device="hpu")
     dist.broadcast(source, src=0)
     assert source.cpu().tolist() == [0.0, 1.0, 2.0]
-    try:
-        dist.all_reduce(torch.ones(2, device="hpu"), op=dist.ReduceOp.AVG)
-    except ValueError as error:
-        assert "not supported by the 'hccl' backend" in str(error), error
-    else:
-        raise AssertionError("ReduceOp.AVG was accepted; HCCL has MIN, MAX, SUM and PRODUCT only")
+    # Every reducing collective, reduce_scatter_single (FSDP2's gradient reduction) included, refuses what HCCL lacks.
+    out = lambda: torch.zeros(2, device="hpu")
+    calls = {
+        "all_reduce": lambda op: dist.all_reduce(torch.ones(2, device="hpu"), op=op),
+        "all_reduce_coalesced": lambda op: dist.all_reduce_coalesced([torch.ones(2, device="hpu")], op=op),
+        "reduce": lambda op: dist.reduce(torch.ones(2, device="hpu"), dst=0, op=op),
+        "reduce_scatter_tensor": lambda op: dist.reduce_scatter_tensor(out(), torch.ones(4, device="hpu"), op=op),
+        "reduce_scatter_single": lambda op: dist.reduce_scatter_single(out(), torch.ones(4, device="hpu"), op=op),
+        "reduce_scatter": lambda op: dist.reduce_scatter(out(), [out(), out()], op=op),
+    }
+    for name, call in calls.items():
+        for op in (dist.ReduceOp.AVG, dist._make_nccl_premul_sum(0.5)):
+            try:
+                call(op)
+            except ValueError as error:
+                assert "not supported by the 'hccl' backend" in str(error), error
+            else:
+                raise AssertionError(f"{name} accepted {op}; HCCL has MIN, MAX, SUM and PRODUCT only")
+    summed = torch.zeros(2, device="hpu")
+    dist.reduce_scatter_single(summed, torch.full((4,), float(rank + 1), device="hpu"))
+    assert summed.cpu().tolist() == [3.0, 3.0], summed.cpu().tolist()
     for op, expected in ((dist.ReduceOp.MAX, 2.0), (dist.ReduceOp.MIN, 1.0), (dist.ReduceOp.PRODUCT, 2.0)):
         value = torch.full((2,), float(rank + 1), device="hpu")
         dist.all_reduce(value, op=op)

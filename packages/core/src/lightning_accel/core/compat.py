@@ -378,6 +378,21 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.fabric.strategies:DDPStrategy", "_process_group_backend", "instance_attribute", None,
                 "read", _HCCL),
     PrivateName("lightning.fabric.strategies:DDPStrategy", "_timeout", "instance_attribute", None, "read", _HCCL),
+    # Lightning's ModelParallelStrategy on HPUs: its arguments read back, and its join of the process group replaced.
+    *(
+        PrivateName(f"lightning.{tree}.strategies:ModelParallelStrategy", name, "instance_attribute", None, "read",
+                    ("lightning_accel.habana._from_lightning",))
+        for tree in ("pytorch", "fabric")
+        for name in ("_data_parallel_size", "_tensor_parallel_size", "_save_distributed_checkpoint")
+    ),
+    PrivateName("lightning.fabric.strategies:ModelParallelStrategy", "_parallelize_fn", "instance_attribute", None,
+                "read", ("lightning_accel.habana._from_lightning",)),
+    PrivateName("lightning.pytorch.strategies:ModelParallelStrategy", "_setup_distributed", "method", ("self",),
+                "overridden", ("lightning_accel.habana.strategies.model_parallel",)),
+    PrivateName("lightning.fabric.strategies:ModelParallelStrategy", "_setup_distributed", "method", ("self",),
+                "overridden", ("lightning_accel.habana.fabric.model_parallel", *_HCCL)),
+    PrivateName("lightning.fabric.strategies:ModelParallelStrategy", "_set_world_ranks", "method", ("self",),
+                "called", _HCCL),
     # Lightning's strategy instances rebuilt as the HPU strategy with the arguments their __init__ stored.
     *(
         PrivateName(f"lightning.{tree}.strategies:{owner}", name, "instance_attribute", None, "read",

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .graphs import HPUGraphs
     from .precision import HPUPrecisionPlugin
     from .profiler import HPUProfiler
-    from .strategies import HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
+    from .strategies import HPUFSDPStrategy, HPUModelParallelStrategy, HPUParallelStrategy, SingleHPUStrategy
 
 __all__ = [
     "HPUAccelerator",
@@ -57,6 +57,7 @@ __all__ = [
     "HPUFSDPStrategy",
     "HPUGradScaler",
     "HPUGraphs",
+    "HPUModelParallelStrategy",
     "HPUParallelStrategy",
     "HPUPrecisionPlugin",
     "HPUProfiler",
@@ -85,6 +86,7 @@ __getattr__, __dir__ = lazy_exports(
         "HPUFSDPStrategy": ".strategies",
         "HPUGradScaler": ".grad_scaler",
         "HPUGraphs": ".graphs",
+        "HPUModelParallelStrategy": ".strategies",
         "HPUParallelStrategy": ".strategies",
         "HPUPrecisionPlugin": ".precision",
         "HPUProfiler": ".profiler",

@@ -1,4 +1,4 @@
-"""Lightning's own ``DDPStrategy`` and ``FSDPStrategy`` instances, rebuilt as the HPU strategy with the same arguments.
+"""Lightning's own ``DDPStrategy``, ``FSDPStrategy`` and ``ModelParallelStrategy`` instances, rebuilt as HPU strategies.
 
 A script written for GPUs passes ``strategy=DDPStrategy(find_unused_parameters=True)`` (or ``static_graph=True``, a
 communication hook ...) or ``FSDPStrategy(auto_wrap_policy=..., sharding_strategy=...)``. Those classes join their
@@ -17,7 +17,12 @@ from . import sdk
 
 _Strategy = TypeVar("_Strategy")
 
-__all__ = ["lightning_ddp_arguments", "lightning_fsdp_arguments", "rebuild_fsdp"]
+__all__ = [
+    "lightning_ddp_arguments",
+    "lightning_fsdp_arguments",
+    "lightning_model_parallel_arguments",
+    "rebuild_fsdp",
+]
 
 
 def _common_arguments(strategy: Any, precision_argument: str) -> dict[str, Any]:
@@ -95,3 +100,20 @@ def rebuild_fsdp(cls: type[_Strategy], strategy: Any, precision_argument: str) -
     converted = cls(**lightning_fsdp_arguments(strategy, precision_argument))
     converted._activation_checkpointing_kwargs = strategy._activation_checkpointing_kwargs  # type: ignore[attr-defined]
     return converted
+
+
+def lightning_model_parallel_arguments(strategy: Any, precision_argument: str) -> dict[str, Any]:
+    """The constructor arguments of Lightning's ``ModelParallelStrategy`` instance ``strategy`` (Trainer or Fabric).
+
+    Raises:
+        ConfigurationError: For a ``process_group_backend`` other than HCCL's.
+    """
+    arguments = _common_arguments(strategy, precision_argument)
+    arguments.update(
+        data_parallel_size=strategy._data_parallel_size,
+        tensor_parallel_size=strategy._tensor_parallel_size,
+        save_distributed_checkpoint=strategy._save_distributed_checkpoint,
+    )
+    if precision_argument == "precision":  # Fabric's applies the parallelization itself
+        arguments["parallelize_fn"] = strategy._parallelize_fn
+    return arguments

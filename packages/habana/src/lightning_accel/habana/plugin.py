@@ -64,6 +64,13 @@ PLUGIN = PluginSpec(
             description="Fully Sharded Data Parallel (torch FSDP) over HCCL, one process per HPU, eager mode",
             replaces="FSDPStrategy",
         ),
+        StrategySpec(
+            name="hpu_model_parallel",
+            trainer=f"{_PKG}.strategies.model_parallel:HPUModelParallelStrategy",
+            fabric=f"{_PKG}.fabric.model_parallel:HPUModelParallelStrategy",
+            description="FSDP2 and tensor parallelism on a 2-D device mesh over HCCL, one process per HPU, eager mode",
+            replaces="ModelParallelStrategy",
+        ),
     ),
     availability=f"{_PKG}.availability:availability",
     emulates=("hpu",),

@@ -208,9 +208,11 @@ _OBJECT_COLLECTIVES = (
     "send_object_list",
 )
 _COLLECTIVES = (
+    "_reduce_scatter_base",
     "all_gather",
     "all_gather_into_tensor",
     "all_reduce",
+    "all_reduce_coalesced",
     "all_to_all",
     "all_to_all_single",
     "broadcast",
@@ -220,6 +222,7 @@ _COLLECTIVES = (
     "recv",
     "reduce",
     "reduce_scatter",
+    "reduce_scatter_single",  # torch 2.13: what FSDP2 reduces its gradients with
     "reduce_scatter_tensor",
     "scatter",
     "send",

@@ -10,6 +10,7 @@ from ..checkpoint_io import HPUCheckpointIO
 from .accelerator import HPUAccelerator
 from .fsdp import HPUFSDPStrategy
 from .fsdp_precision import HPUFSDPPrecision
+from .model_parallel import HPUModelParallelStrategy
 from .precision import HPUPrecision
 from .strategies import HPUParallelStrategy, SingleHPUStrategy
 
@@ -18,6 +19,7 @@ __all__ = [
     "HPUCheckpointIO",
     "HPUFSDPPrecision",
     "HPUFSDPStrategy",
+    "HPUModelParallelStrategy",
     "HPUParallelStrategy",
     "HPUPrecision",
     "SingleHPUStrategy",
