@@ -198,3 +198,26 @@ def test_a_non_hpu_accelerator_is_refused() -> None:
         ConfigurationError, match=r"HPUModelParallelStrategy runs on HPUs, but the accelerator is CPUAccelerator"
     ):
         pl.Trainer(accelerator="cpu", devices=2, strategy=HPUModelParallelStrategy(), **QUIET)
+
+
+def test_fp8_is_refused_before_the_ranks_start_with_the_reason() -> None:
+    from lightning_accel.habana.fabric import HPUPrecision
+
+    text = (
+        "HPUModelParallelStrategy does not train in precision='fp8': the SDK's Transformer Engine (Gaudi's fp8 "
+        "training) splits its layers its own way (te.Linear(tp_group=..., parallel_mode=...)) on plain tensors"
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        pl.Trainer(
+            accelerator="hpu",
+            devices=2,
+            strategy="hpu_model_parallel",
+            plugins=[HPUPrecisionPlugin("fp8")],
+            **QUIET,
+        )
+    assert str(refused.value).startswith(text)
+    assert "for fp8 use HPUPrecisionPlugin('fp8') with strategy='hpu_parallel'" in str(refused.value)
+    strategy = hpu_fabric.HPUModelParallelStrategy(lambda m, _: m)
+    with pytest.raises(ConfigurationError) as refused:
+        Fabric(accelerator="hpu", devices=2, strategy=strategy, plugins=[HPUPrecision("fp8")])
+    assert str(refused.value).startswith(text)

@@ -16,7 +16,7 @@ from .. import sdk
 from .._from_lightning import lightning_model_parallel_arguments
 from .._fsdp import refuse_lazy_mode
 from .._hccl_strategy import HCCLStrategyMixin
-from .._model_parallel import sum_gradient_reductions
+from .._model_parallel import refuse_fp8, sum_gradient_reductions
 from .strategies import _HPUPrecisionSetter
 
 if TYPE_CHECKING:
@@ -39,7 +39,8 @@ class HPUModelParallelStrategy(HCCLStrategyMixin, _HPUPrecisionSetter, ModelPara
 
     Raises:
         ConfigurationError: Without ``parallelize_fn`` (so the name alone is refused, as Lightning's class needs it),
-            when the accelerator is not the HPU accelerator, or the SDK runs in lazy mode.
+            when the accelerator is not the HPU accelerator, for ``precision="fp8"`` (see ``_model_parallel``), or
+            when the SDK runs in lazy mode.
 
     Example:
         >>> from lightning.fabric import Fabric
@@ -97,6 +98,12 @@ class HPUModelParallelStrategy(HCCLStrategyMixin, _HPUPrecisionSetter, ModelPara
             ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``.
         """
         return cls(**lightning_model_parallel_arguments(strategy, "precision"))
+
+    @override
+    def _configure_launcher(self) -> None:
+        # Before the ranks start, as the accelerator check.
+        refuse_fp8(getattr(self.precision, "precision", ""), type(self).__name__)
+        super()._configure_launcher()
 
     @override
     def setup_environment(self) -> None:

@@ -15,7 +15,7 @@ from .. import sdk
 from .._from_lightning import lightning_model_parallel_arguments
 from .._fsdp import refuse_lazy_mode
 from .._hccl_strategy import HCCLStrategyMixin
-from .._model_parallel import sum_gradient_reductions
+from .._model_parallel import refuse_fp8, sum_gradient_reductions
 from .._strategy_defaults import HPUCheckpointIODefault
 from ._precision import HPUPrecisionSetter
 
@@ -64,7 +64,8 @@ class HPUModelParallelStrategy(
             :class:`~lightning_accel.habana.HPUPrecisionPlugin`.
 
     Raises:
-        ConfigurationError: When the accelerator is not the HPU accelerator, or the SDK runs in lazy mode.
+        ConfigurationError: When the accelerator is not the HPU accelerator, for ``precision="fp8"`` (see
+            ``_model_parallel``), or when the SDK runs in lazy mode.
 
     Example:
         >>> from lightning.pytorch import Trainer
@@ -113,6 +114,12 @@ class HPUModelParallelStrategy(
             ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``.
         """
         return cls(**lightning_model_parallel_arguments(strategy, "precision_plugin"))
+
+    @override
+    def _configure_launcher(self) -> None:
+        # Before the ranks start, as the accelerator check.
+        refuse_fp8(getattr(self.precision_plugin, "precision", ""), type(self).__name__)
+        super()._configure_launcher()
 
     @override
     def setup_environment(self) -> None:
