@@ -137,6 +137,11 @@ def test_hpu_model_parallel_by_name_in_both_trees() -> None:
     assert type(trainer.strategy) is HPUModelParallelStrategy
     assert trainer.strategy.process_group_backend == "hccl"
     assert isinstance(trainer.strategy.precision_plugin, HPUPrecisionPlugin)
+    import pytorch_lightning
+
+    twin = pytorch_lightning.Trainer(accelerator="hpu", devices=4, strategy="hpu_model_parallel", **QUIET)
+    assert type(twin.strategy).__name__ == "HPUModelParallelStrategy"
+    assert isinstance(twin.strategy, pytorch_lightning.strategies.ModelParallelStrategy)
     # Fabric's class needs the function that parallelizes the model, which a name cannot carry.
     with pytest.raises(ConfigurationError) as refused:
         Fabric(accelerator="hpu", devices=2, strategy="hpu_model_parallel")

@@ -13,10 +13,7 @@ from typing_extensions import override
 from lightning_accel.core.errors import ConfigurationError
 
 from .. import sdk
-from .._from_lightning import lightning_model_parallel_arguments
-from .._fsdp import refuse_lazy_mode
-from .._hccl_strategy import HCCLStrategyMixin
-from .._model_parallel import refuse_fp8, sum_gradient_reductions
+from .._model_parallel import ModelParallelOnHPUs, sum_gradient_reductions
 from .strategies import _HPUPrecisionSetter
 
 if TYPE_CHECKING:
@@ -28,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["HPUModelParallelStrategy"]
 
 
-class HPUModelParallelStrategy(HCCLStrategyMixin, _HPUPrecisionSetter, ModelParallelStrategy):
+class HPUModelParallelStrategy(ModelParallelOnHPUs, _HPUPrecisionSetter, ModelParallelStrategy):
     """Fabric's FSDP2 and tensor parallelism over HCCL (``strategy="hpu_model_parallel"``).
 
     ``parallelize_fn(module, device_mesh)`` applies ``fully_shard`` and ``parallelize_module`` on the 2-D mesh this
@@ -51,7 +48,7 @@ class HPUModelParallelStrategy(HCCLStrategyMixin, _HPUPrecisionSetter, ModelPara
         >>> fabric = Fabric(accelerator="hpu", devices=2, strategy=strategy)  # doctest: +SKIP
     """
 
-    strategy_name = "hpu_model_parallel"
+    _precision_argument = "precision"
 
     def __init__(
         self,
@@ -82,38 +79,7 @@ class HPUModelParallelStrategy(HCCLStrategyMixin, _HPUPrecisionSetter, ModelPara
             process_group_backend=process_group_backend or sdk.distributed_backend(),
             timeout=timeout,
         )
-        # Lightning's class takes these from Fabric only; a rebuilt instance carries them over.
-        self._accelerator = accelerator
-        self.parallel_devices = parallel_devices
-        self.cluster_environment = cluster_environment
-        self.precision = precision
-
-    @classmethod
-    def from_lightning_strategy(cls, strategy: ModelParallelStrategy) -> HPUModelParallelStrategy:
-        """This strategy with the arguments of Fabric's ``ModelParallelStrategy(...)`` instance ``strategy``.
-
-        The core calls it for ``Fabric(accelerator="hpu", strategy=ModelParallelStrategy(...))``.
-
-        Raises:
-            ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``.
-        """
-        return cls(**lightning_model_parallel_arguments(strategy, "precision"))
-
-    @override
-    def _configure_launcher(self) -> None:
-        # Before the ranks start, as the accelerator check.
-        refuse_fp8(getattr(self.precision, "precision", ""), type(self).__name__)
-        super()._configure_launcher()
-
-    @override
-    def setup_environment(self) -> None:
-        """Refuse lazy mode, then join HCCL and build the device mesh on the HPUs as Lightning's strategy does.
-
-        Raises:
-            ConfigurationError: When the SDK runs in lazy mode.
-        """
-        refuse_lazy_mode(type(self).__name__)
-        super().setup_environment()
+        self._carry_over(accelerator, parallel_devices, cluster_environment, precision)
 
     @override
     def _setup_distributed(self) -> None:
@@ -129,9 +95,3 @@ class HPUModelParallelStrategy(HCCLStrategyMixin, _HPUPrecisionSetter, ModelPara
         module = super().setup_module(module)
         sum_gradient_reductions(module)
         return module
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register ``"hpu_model_parallel"`` (the core does this from the plugin spec)."""
-        strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)

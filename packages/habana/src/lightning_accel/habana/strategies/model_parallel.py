@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.strategies import ModelParallelStrategy
@@ -12,10 +12,7 @@ from typing_extensions import override
 from lightning_accel.core.checkpoint_swap import StagedCheckpoints
 
 from .. import sdk
-from .._from_lightning import lightning_model_parallel_arguments
-from .._fsdp import refuse_lazy_mode
-from .._hccl_strategy import HCCLStrategyMixin
-from .._model_parallel import refuse_fp8, sum_gradient_reductions
+from .._model_parallel import ModelParallelOnHPUs, sum_gradient_reductions
 from .._strategy_defaults import HPUCheckpointIODefault
 from ._precision import HPUPrecisionSetter
 
@@ -30,7 +27,7 @@ __all__ = ["HPUModelParallelStrategy"]
 
 
 class HPUModelParallelStrategy(
-    StagedCheckpoints, HCCLStrategyMixin, HPUPrecisionSetter, HPUCheckpointIODefault, ModelParallelStrategy
+    StagedCheckpoints, ModelParallelOnHPUs, HPUPrecisionSetter, HPUCheckpointIODefault, ModelParallelStrategy
 ):
     """FSDP2 and tensor parallelism over HCCL (``strategy="hpu_model_parallel"``): Lightning's model-parallel strategy.
 
@@ -74,7 +71,7 @@ class HPUModelParallelStrategy(
         >>> trainer = Trainer(accelerator="hpu", devices=4, strategy=strategy)  # doctest: +SKIP
     """
 
-    strategy_name = "hpu_model_parallel"
+    _precision_argument = "precision_plugin"
 
     def __init__(
         self,
@@ -97,39 +94,8 @@ class HPUModelParallelStrategy(
             process_group_backend=process_group_backend or sdk.distributed_backend(),
             timeout=timeout,
         )
-        # Lightning's class takes these from the Trainer only; a rebuilt instance carries them over.
-        self._accelerator = accelerator
-        self.parallel_devices = parallel_devices
-        self.cluster_environment = cluster_environment
+        self._carry_over(accelerator, parallel_devices, cluster_environment, precision_plugin)
         self._checkpoint_io = checkpoint_io
-        self.precision_plugin = precision_plugin
-
-    @classmethod
-    def from_lightning_strategy(cls, strategy: ModelParallelStrategy) -> HPUModelParallelStrategy:
-        """This strategy with the arguments of Lightning's ``ModelParallelStrategy(...)`` instance ``strategy``.
-
-        The core calls it for ``Trainer(accelerator="hpu", strategy=ModelParallelStrategy(...))``.
-
-        Raises:
-            ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``.
-        """
-        return cls(**lightning_model_parallel_arguments(strategy, "precision_plugin"))
-
-    @override
-    def _configure_launcher(self) -> None:
-        # Before the ranks start, as the accelerator check.
-        refuse_fp8(getattr(self.precision_plugin, "precision", ""), type(self).__name__)
-        super()._configure_launcher()
-
-    @override
-    def setup_environment(self) -> None:
-        """Refuse lazy mode, then join HCCL and build the device mesh on the HPUs as Lightning's strategy does.
-
-        Raises:
-            ConfigurationError: When the SDK runs in lazy mode.
-        """
-        refuse_lazy_mode(type(self).__name__)
-        super().setup_environment()
 
     @override
     def _setup_distributed(self) -> None:
@@ -142,9 +108,3 @@ class HPUModelParallelStrategy(
         assert self.model is not None
         sum_gradient_reductions(self.model)
         super().setup(trainer)
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register ``"hpu_model_parallel"`` (the core does this from the plugin spec)."""
-        strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)
