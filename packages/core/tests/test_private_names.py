@@ -88,11 +88,13 @@ OURS = {
     "_global_rank": "a helper function of lightning_accel.core.emulation",
     "_initialize_engine": "HPUDeepSpeedStrategy's own (only Fabric's DeepSpeedStrategy has one)",
     "_load": "a helper function of lightning_accel.core.discovery",
+    "_local_rank": "Intel Neural Compressor's cached rank, read again by lightning_accel.habana._fp8_inference",
     "_module": "a helper function of the habana SDK seam",
     "_result": "a helper function of lightning_accel.core.selftest.runner",
     "_registered_strategies": "HPUDeepSpeedStrategy's own list (Lightning's FSDP convention, declared on our class)",
     "_step": "IPUStrategy's own step helper",
     "_strategy": "a helper function of lightning_accel.deepspeed_hpu.plugin",
+    "_world_size": "Intel Neural Compressor's cached world size, read again by lightning_accel.habana._fp8_inference",
     "_trainer": "IPUStrategy's own attribute (LightningModule._trainer, read by deepspeed-hpu, is declared)",
     "_unwrap": "a helper function of lightning_accel.habana.graphs",
 }

@@ -13,6 +13,12 @@ What lightning-habana 1.7 offered (``pytorch/plugins/precision.py``, ``_setup_fp
 - ``quant`` may also name an INC fp8 JSON config, or be a dict of one (``"mode": "MEASURE"`` or ``"QUANTIZE"``,
   ``observer``, ``scale_method``, ``allowlist``, ``blocklist``, ...); ``True`` and ``False`` are the packaged
   ``quant_config/fp8/maxabs_quant.json`` and ``maxabs_measure.json`` (lightning-habana's two files);
+- several processes (DDP ``trainer.predict``/``test``): once the process group exists, INC names each rank's files
+  ``measure_hooks_maxabs_<rank>_<world size>.*`` (``_quant_common/quant_config.py``, from ``torch.distributed``), so
+  each rank measures its share of the data into its own files and quantizes from them, as INC's multi-card runs on
+  Gaudi do. A module converted before the processes existed has file names for one process: a run in several is
+  refused naming the fix (convert in ``on_predict_start``/``on_test_start``, or after ``fabric.launch()``).
+  lightning-habana 1.7 refused fp8 inference with DDP altogether;
 - the measurements go under ``fp8_data_path``, by default ``$HABANA_LOGS`` (the Gaudi runtime's log folder), as
   lightning-habana did. It wrote that path into the config file it was given (its packaged files, or yours); here
   the config is read and handed to INC with the path set, and no file of yours is changed.
@@ -36,6 +42,7 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -210,15 +217,21 @@ def _temporary_files_in(folder: Path) -> Iterator[None]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+_INC_RANKS = "neural_compressor.torch.algorithms.fp8_quant.prepare_quant.prepare_model"
+
+
 @contextlib.contextmanager
 def _no_launcher_ranks() -> Iterator[None]:
-    """Hide a launcher's ``LOCAL_RANK``/``WORLD_SIZE`` from INC while no process group runs.
+    """Let INC see this run's ranks: ``torch.distributed``'s, or none while no process group runs.
 
-    Without a process group INC 3.7.1 takes them from the environment as strings and compares them with 0
-    (``fp8_quant/prepare_quant/prepare_model.py:37-46``, ``_quant_common/quant_config.py:173``): a TypeError in a
-    one-process run under torchrun or SLURM. fp8 inference runs in one process, so INC is shown none, as without a
-    launcher; with a process group INC asks ``torch.distributed`` itself.
+    INC 3.7.1 keeps the rank and world size from the first time it asks (``fp8_quant/prepare_quant/prepare_model.py``
+    ``get_local_rank``/``get_world_size``), and it first asks when it is imported (default arguments in
+    ``fp8_quant/save_load.py``): from ``LOCAL_RANK``/``WORLD_SIZE`` as strings when a launcher set them, which it
+    then compares with 0 (``_quant_common/quant_config.py:173``), a TypeError under torchrun, SLURM or Lightning's
+    launcher. So INC is made to ask again, here: with a process group it asks ``torch.distributed``; without one
+    fp8 inference runs in one process, and the launcher's variables are hidden from it, as without a launcher.
     """
+    _forget_inc_ranks()
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         yield
         return
@@ -227,6 +240,20 @@ def _no_launcher_ranks() -> Iterator[None]:
         yield
     finally:
         os.environ.update(hidden)
+
+
+def _forget_inc_ranks() -> None:
+    ranks: Any = sys.modules.get(_INC_RANKS)
+    if ranks is None:
+        return
+    ranks._local_rank, ranks._local_rank_initialized = -1, False
+    ranks._world_size, ranks._world_size_initialized = -1, False
+
+
+def _world_size() -> int:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return int(torch.distributed.get_world_size())
+    return 1
 
 
 class InferenceRun:
@@ -241,28 +268,33 @@ class InferenceRun:
     def __init__(self) -> None:
         self.measuring: torch.nn.Module | None = None
         self.active = False
+        self.ranks = 1
 
     def convert(self, module: torch.nn.Module, quant: Any, fp8_data_path: str | os.PathLike[str] | None) -> None:
         """Measure (``quant=False`` or a ``"MEASURE"`` config) or quantize ``module`` in place; see :func:`convert`."""
         measuring = convert(module, quant, fp8_data_path)
         self.measuring = module if measuring else None
         self.active = True
+        self.ranks = _world_size()
 
-    def check_single_process(self) -> None:
-        """Refuse fp8 inference across processes, as lightning-habana 1.7 did (``HPUDDPStrategy.setup``).
+    def check_ranks(self) -> None:
+        """Refuse a run with more processes than the conversion knew of (see :func:`convert` on per-rank files).
 
         Raises:
-            ConfigurationError: When ``torch.distributed`` runs more than one process.
+            ConfigurationError: When ``torch.distributed`` runs more processes than when the module was converted.
         """
-        if not self.active or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        world = _world_size()
+        if not self.active or world == self.ranks:
             return
-        world_size = torch.distributed.get_world_size()
-        if world_size > 1:
-            raise ConfigurationError(
-                f"fp8 inference (convert_modules(inference=True)) runs on one HPU, but this run has {world_size} "
-                "processes: each would measure only its share of the data. Accepted: devices=1 (SingleHPUStrategy) "
-                "for the measuring and the quantized runs."
-            )
+        converted = "one process" if self.ranks == 1 else f"{self.ranks} processes"
+        raise ConfigurationError(
+            f"fp8 inference runs in {world} processes, but convert_modules(inference=True) ran in {converted}, before "
+            f"they existed, so Intel Neural Compressor named its measurement files for {converted}. With several "
+            "processes each rank measures into, and quantizes from, its own files (measure_hooks_maxabs_<rank>_"
+            f"<world size>.npz), which INC can name only once the processes exist. Call convert_modules(...) then: in "
+            "the LightningModule's on_predict_start or on_test_start hook (with Fabric, after fabric.launch()); or "
+            "run with devices=1."
+        )
 
     def finish(self) -> None:
         """After a run: write the measurements of the module being measured (once)."""

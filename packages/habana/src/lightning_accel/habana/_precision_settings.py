@@ -253,7 +253,7 @@ class HPUPrecisionHooks:
         :meth:`convert_modules`, else the SDK's ``DelayedScaling()``).
         """
         if self._settings.precision == "fp8":
-            self._inference.check_single_process()
+            self._inference.check_ranks()
             return _fp8.fp8_autocast(_fp8.make_recipe(self.recipe))
         return self._settings.cast_context()
 
