@@ -351,3 +351,4 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_hpu_regional_compile.py")
     session.run("python", "benchmarks/bench_ipu_device_iterations.py")
     session.run("python", "benchmarks/bench_zero_memory.py")
+    session.run("python", "benchmarks/bench_fsdp2_memory.py")
