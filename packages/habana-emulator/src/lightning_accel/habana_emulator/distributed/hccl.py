@@ -165,6 +165,20 @@ def _refuse_host_tensors() -> None:
             return __original(*args, **kwargs)
 
         _replace(c10d, name, original, checked)
+    for name in _REDUCE_OP_ONLY:
+        original = getattr(c10d, name, None)
+        if original is None:
+            continue
+        signature = inspect.signature(original)
+
+        def op_checked(*args: Any, __original: Any = original, __signature: Any = signature, **kwargs: Any) -> Any:
+            if dist.is_initialized():
+                bound = __signature.bind_partial(*args, **kwargs).arguments
+                if _is_hccl(bound.get("group")):
+                    _check_reduce_op(bound.get("op"))
+            return __original(*args, **kwargs)
+
+        _replace(c10d, name, original, op_checked)
     for name in _OBJECT_COLLECTIVES:
         original = getattr(c10d, name, None)
         if original is None:
@@ -207,12 +221,17 @@ _OBJECT_COLLECTIVES = (
     "scatter_object_list",
     "send_object_list",
 )
-_COLLECTIVES = (
+# Checked for the reduce operation only: DeepSpeed, which the tests run on its CPU accelerator beside the emulated
+# HPU, hands these its host tensors (on Gaudi, HPU tensors).
+_REDUCE_OP_ONLY = (
     "_reduce_scatter_base",
+    "all_reduce_coalesced",
+    "reduce_scatter_single",  # torch 2.13: what FSDP2 reduces its gradients with
+)
+_COLLECTIVES = (
     "all_gather",
     "all_gather_into_tensor",
     "all_reduce",
-    "all_reduce_coalesced",
     "all_to_all",
     "all_to_all_single",
     "broadcast",
@@ -222,7 +241,6 @@ _COLLECTIVES = (
     "recv",
     "reduce",
     "reduce_scatter",
-    "reduce_scatter_single",  # torch 2.13: what FSDP2 reduces its gradients with
     "reduce_scatter_tensor",
     "scatter",
     "send",
