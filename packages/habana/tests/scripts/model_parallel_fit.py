@@ -1,11 +1,11 @@
-"""Child script of the model-parallel tests: a small Llama from transformers (config in code) on emulated HPUs.
+"""Child script of the model-parallel tests: a small Llama or GPT-2 from transformers (configs in code) on HPUs.
 
 ``--layout single`` trains on one HPU without parallelism (the reference); ``fsdp`` shards it with FSDP2 over two
 HPUs, ``tp`` splits its layers with tensor parallelism over two, ``2d`` does both on four (2 x 2). The FSDP2 layouts
 run in bfloat16 through FSDP2's ``MixedPrecisionPolicy``. Every layout sees the same global batch of 8 sequences
 per step. ``--save`` writes a distributed checkpoint after training; ``--resume`` validates that checkpoint and
-trains on from it. Rank 0 writes what it saw to ``result.pt``. Lightning's launcher re-runs this file for the other
-local processes, so it must work as a plain script.
+trains on from it. ``--model gpt2`` takes GPT-2 (FSDP2 layouts only). Rank 0 writes what it saw to ``result.pt``.
+Lightning's launcher re-runs this file for the other local processes, so it must work as a plain script.
 """
 
 from __future__ import annotations
@@ -54,6 +54,23 @@ def llama() -> torch.nn.Module:
         return LlamaForCausalLM(config)
 
 
+def gpt2() -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=VOCAB, n_positions=SEQUENCE, n_embd=64, n_layer=2, n_head=4)
+    torch.manual_seed(0)
+    with torch.device("cpu"):
+        return GPT2LMHeadModel(config)
+
+
+MODELS = {"llama": llama, "gpt2": gpt2}
+
+
+def _blocks(model: torch.nn.Module) -> Any:
+    # The repeated decoder blocks: Llama's layers, GPT-2's h.
+    return model.model.layers if hasattr(model, "model") else model.transformer.h  # type: ignore[union-attr]
+
+
 def lm_loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     """The next-token cross entropy of ``tokens``."""
     logits = model(input_ids=tokens).logits.float()
@@ -90,20 +107,22 @@ def _fully_shard(model: torch.nn.Module, mesh: Any) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in model.model.layers:  # type: ignore[union-attr]
-        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    for block in _blocks(model):
+        fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
 
 
-class LlamaModule(LightningModule):
-    def __init__(self) -> None:
+class CausalLM(LightningModule):
+    def __init__(self, name: str) -> None:
         super().__init__()
+        self.name = name
         self.model: torch.nn.Module | None = None
 
     def configure_model(self) -> None:
         if self.model is not None:
             return
-        self.model = llama() if self.device_mesh is None else parallelize(llama(), self.device_mesh)
+        model = MODELS[self.name]()
+        self.model = model if self.device_mesh is None else parallelize(model, self.device_mesh)
 
     def _loss(self, batch: list[torch.Tensor]) -> torch.Tensor:
         assert self.model is not None
@@ -165,6 +184,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--layout", choices=sorted(LAYOUTS), required=True)
+    # GPT-2's attention and MLP are transformers' Conv1D, which torch's ColwiseParallel/RowwiseParallel do not split.
+    parser.add_argument("--model", choices=sorted(MODELS), default="llama")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--save", type=Path)
     parser.add_argument("--resume", type=Path)
@@ -193,7 +214,7 @@ def main() -> None:
         callbacks=[record],
         use_distributed_sampler=False,
     )
-    model = LlamaModule()
+    model = CausalLM(args.model)
     result: dict[str, Any] = {"strategy": type(trainer.strategy).__name__}
     if args.resume is not None:
         result["resumed_val_loss"] = trainer.validate(model, ckpt_path=args.resume, verbose=False)[0]["val_loss"]
