@@ -107,7 +107,13 @@ def test_plugin_spec_imports_neither_torch_nor_lightning_nor_the_sdk(emulate: st
     )
     assert out.splitlines()[-1] == "[]"
     assert PLUGIN.name == "habana"
-    assert {s.name for s in PLUGIN.strategies} == {"hpu_single", "hpu_parallel", "hpu_ddp", "hpu_fsdp"}
+    assert {s.name for s in PLUGIN.strategies} == {
+        "hpu_single",
+        "hpu_parallel",
+        "hpu_ddp",
+        "hpu_fsdp",
+        "hpu_model_parallel",
+    }
 
 
 def test_importing_the_package_loads_no_sdk_and_no_emulator() -> None:
