@@ -49,6 +49,7 @@ def test_every_check_passes_on_the_emulators(tmp_path: Path) -> None:
         "hpu.bf16",
         "hpu.graphs",
         "hpu.compile",
+        "hpu.model_parallel",
         "hpu.deepspeed_zero1",
         "hpu.deepspeed_zero2",
         "hpu.deepspeed_zero3",
@@ -61,6 +62,8 @@ def test_every_check_passes_on_the_emulators(tmp_path: Path) -> None:
     }
     assert expected <= set(outcomes)
     assert "8 ranks over hccl, identical weights" in outcomes["hpu.ddp"][1]
+    # FSDP2 over two of the eight HPUs: each rank holds half the classifier's 676 parameter elements.
+    assert "2 ranks over hccl, FSDP2 shards of 338 / 676 elements on hpu" in outcomes["hpu.model_parallel"][1]
     # The report carries `lightning-accel env --json` for bug reports.
     assert report["env"]["variables"]["LIGHTNING_ACCEL_EMULATE"] == "hpu,ipu"
     assert {"lightning-accel-habana", "lightning-accel-graphcore", "lightning-accel-deepspeed-hpu"} <= set(

@@ -52,4 +52,11 @@ CHECKS = (
         "torch.compile(backend='hpu_backend') trains",
         {"PT_HPU_LAZY_MODE": "0"},  # torch.compile runs in eager mode only
     ),
+    Check(
+        "hpu.model_parallel",
+        "hpu",
+        f"{_CHECKS}:model_parallel",
+        "FSDP2 (strategy='hpu_model_parallel', fully_shard) over two HPUs: HPU shards, the model learns",
+        {"PT_HPU_LAZY_MODE": "0"},  # FSDP2 on Gaudi runs in eager mode only; shares hpu.compile's process
+    ),
 )

@@ -16,7 +16,7 @@ from typing import Any
 from lightning_accel.core.selftest.checks import CheckContext, CheckFailed, CheckSkipped
 from lightning_accel.core.selftest.workloads import accuracy, classifier, loader
 
-__all__ = ["bf16", "checkpoint", "compile", "ddp", "fit", "fp8", "fsdp", "graphs", "profiler"]
+__all__ = ["bf16", "checkpoint", "compile", "ddp", "fit", "fp8", "fsdp", "graphs", "model_parallel", "profiler"]
 
 MIN_ACCURACY = 0.9
 _QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
@@ -65,15 +65,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _launch(ctx: CheckContext, strategy: str, devices: int) -> list[dict[str, Any]]:
+def _launch(ctx: CheckContext, strategy: str, devices: int, child: str = "distributed") -> list[dict[str, Any]]:
     """Start one process per device at once, as torchrun does, and read each rank's result.
+
+    Each runs ``python -m lightning_accel.habana._selftest.<child>`` (``distributed``, or ``model_parallel``).
 
     All ranks start together (``LOCAL_RANK`` set: Lightning sees processes created outside it), so their start-up
     overlaps instead of the launcher's children starting after it has imported everything.
     """
     out = ctx.workdir / strategy
     out.mkdir()
-    command = [sys.executable, "-m", "lightning_accel.habana._selftest.distributed"]
+    command = [sys.executable, "-m", f"lightning_accel.habana._selftest.{child}"]
     command += ["--out", str(out), "--devices", str(devices), "--strategy", strategy]
     # Everything else passes on unchanged: the ranks use the same SDK (real or emulated) as this process.
     base = {k: v for k, v in os.environ.items() if k not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK"}}
@@ -133,6 +135,35 @@ def fsdp(ctx: CheckContext) -> str:
     if not all(loss < 0.5 for loss in losses):
         raise CheckFailed(f"FSDP: final training losses {losses}, expected below 0.5 on every rank")
     return f"2 ranks, final losses {', '.join(f'{loss:.3f}' for loss in losses)}"
+
+
+def model_parallel(ctx: CheckContext) -> str:
+    """``strategy="hpu_model_parallel"`` on two HPUs, FSDP2 only: the parameters are HPU shards and the model learns."""
+    if ctx.devices < 2:
+        raise CheckSkipped(f"model parallelism needs at least 2 HPUs; {ctx.devices} visible")
+    results = _launch(ctx, "hpu_model_parallel", 2, child="model_parallel")
+    mesh = {"device_type": "hpu", "shape": [2, 1], "names": ["data_parallel", "tensor_parallel"]}
+    for r in results:
+        if r["world_size"] != 2 or r["backend"] != "hccl" or r["strategy"] != "HPUModelParallelStrategy":
+            raise CheckFailed(
+                f"rank {r['rank']}: {r['strategy']} with {r['world_size']} ranks over {r['backend']!r}, expected "
+                "HPUModelParallelStrategy with 2 ranks over 'hccl'"
+            )
+        if r["mesh"] != mesh:
+            raise CheckFailed(f"rank {r['rank']}: device mesh {r['mesh']}, expected {mesh}")
+        held = {name: (p["type"], p["device"]) for name, p in r["parameters"].items()}
+        if any(where != ("DTensor", "hpu") for where in held.values()):
+            raise CheckFailed(f"rank {r['rank']}: parameters {held}, expected DTensors on 'hpu' (fully_shard)")
+        local = sum(p["local"] for p in r["parameters"].values())
+        full = sum(p["full"] for p in r["parameters"].values())
+        if local * 2 != full:
+            raise CheckFailed(f"rank {r['rank']} holds {local} of the {full} parameter elements, expected half")
+    scores = [r["accuracy"] for r in results]
+    if len(set(scores)) != 1:
+        raise CheckFailed(f"the ranks measured different accuracies of the same sharded model: {scores}")
+    if scores[0] < MIN_ACCURACY:
+        raise CheckFailed(f"model parallel: accuracy {scores[0]:.3f}, expected at least {MIN_ACCURACY}")
+    return f"2 ranks over hccl, FSDP2 shards of {local} / {full} elements on hpu, accuracy {scores[0]:.3f}"
 
 
 def checkpoint(ctx: CheckContext) -> str:
