@@ -48,6 +48,11 @@ CASES: list[tuple[str, ...]] = [
     ("hpu_fsdp", "write:1", "previous", "2"),
     ("hpu_fsdp:sharded", "write:1", "previous", "2"),
     ("hpu_fsdp:sharded", "swap:2", "new", "2"),
+    # Fabric: FSDP's default "sharded" folder and ModelParallelStrategy's distributed checkpoint (FSDP2), both staged
+    # and swapped in as the Trainer's are.
+    ("fabric:hpu_fsdp", "write:1", "previous"),
+    ("fabric:hpu_fsdp", "swap:2", "new"),
+    ("fabric:hpu_model_parallel", "write:1", "previous", "2"),
 ]
 
 

@@ -9,6 +9,8 @@ KILL_AT is ``write:N`` (the N-th ``torch.save`` of the second save writes half o
 killed), ``rename:N`` / ``replace:N`` (killed just before the N-th ``os.rename`` / ``os.replace`` of that save) or
 ``swap:N`` (just before the N-th rename of the checkpoint swap, see ``lightning_accel.core.checkpoint_swap``).
 The script imports only Lightning (the strategy comes from its registered name), except for ``hpu_fsdp:sharded``.
+``fabric:NAME`` runs the same with Fabric: ``fabric.save`` twice from a loop, ``fabric.load`` to read back; there the
+weights are recorded as the model's output on a fixed input (the sharded strategies' own state dicts hold shards).
 """
 
 from __future__ import annotations
@@ -149,8 +151,68 @@ def trainer(name: str, **kwargs: Any) -> Trainer:
     )
 
 
+def fabric_strategy(name: str) -> Any:
+    if name == "hpu_model_parallel":
+        from lightning.fabric.strategies import ModelParallelStrategy
+        from torch.distributed.fsdp import fully_shard
+
+        def parallelize(module: torch.nn.Module, mesh: Any) -> torch.nn.Module:
+            fully_shard(module, mesh=mesh["data_parallel"])
+            return module
+
+        # Lightning's class: the HPU plugin rebuilds it as its own with the same arguments.
+        devices = int(os.environ.get("DEVICES", "1"))
+        return ModelParallelStrategy(parallelize, data_parallel_size=devices, tensor_parallel_size=1)
+    return name
+
+
+def fabric_main(mode: str, name: str, ckpt: str, out: str, kill_at: str = "") -> None:
+    from lightning.fabric import Fabric
+
+    fabric = Fabric(accelerator="hpu", devices=int(os.environ.get("DEVICES", "1")), strategy=fabric_strategy(name))
+    fabric.launch()
+    fabric.seed_everything(0)
+    module = fabric.setup_module(torch.nn.Linear(16, 4))
+    optimizer = fabric.setup_optimizers(torch.optim.Adam(module.parameters(), lr=0.05))
+    state = {"model": module, "optimizer": optimizer}
+    probe = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+
+    def fingerprint(path: str) -> None:
+        from torch.distributed.fsdp import FSDPModule
+
+        with torch.no_grad():
+            output = module(probe.to(fabric.device)).cpu()
+        for unit in module.modules():
+            if isinstance(unit, FSDPModule):
+                unit.reshard()  # FSDP2 keeps the root unsharded after a forward without backward; saving needs shards
+        if fabric.is_global_zero:
+            torch.save({"output": output}, path)
+
+    if mode == "load":
+        fabric.load(ckpt, state)
+        fingerprint(out)
+        return
+    x, y = next(iter(loader()))
+    for save in range(2):
+        for _ in range(3):
+            loss = torch.nn.functional.cross_entropy(module(x.to(fabric.device)), y.to(fabric.device))
+            fabric.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+        if save == 0:
+            fabric.save(ckpt, state)
+            fingerprint(out)
+    fingerprint(out + ".new")
+    die_at(kill_at)
+    fabric.save(ckpt, state)
+    raise SystemExit(f"the second save finished: {kill_at} never came")
+
+
 def main() -> None:
     mode, strategy, ckpt, out = sys.argv[1:5]
+    if strategy.startswith("fabric:"):
+        fabric_main(mode, strategy.removeprefix("fabric:"), ckpt, out, *sys.argv[5:6])
+        return
     torch.manual_seed(0)
     model = Model()
     if mode == "save":

@@ -20,9 +20,18 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["StagedCheckpoints", "fsync_directory", "old_path", "recover", "remove_leftovers", "staging_path", "swap_in"]
+__all__ = [
+    "StagedCheckpoints",
+    "StagedFabricCheckpoints",
+    "fsync_directory",
+    "old_path",
+    "recover",
+    "remove_leftovers",
+    "staging_path",
+    "swap_in",
+]
 
 
 def staging_path(target: str | os.PathLike[str]) -> Path:
@@ -114,22 +123,74 @@ class StagedCheckpoints:
         A process killed at any moment of the save leaves a whole checkpoint at ``filepath``: the previous one, or
         the new one when the kill came during the swap (the next save or load finishes it).
         """
-        strategy: Any = self
-        target = strategy.broadcast(filepath)
-        if strategy.is_global_zero:
-            remove_leftovers(target)
-        strategy.barrier("lightning_accel_checkpoint_staging")
-        super().save_checkpoint(checkpoint, staging_path(target), storage_options)  # type: ignore[misc]
-        strategy.barrier("lightning_accel_checkpoint_written")
-        if strategy.is_global_zero:
-            swap_in(target)
-        strategy.barrier("lightning_accel_checkpoint_swapped")
+        _save_staged(
+            self,
+            filepath,
+            lambda staging: super(StagedCheckpoints, self).save_checkpoint(  # type: ignore[misc]
+                checkpoint, staging, storage_options
+            ),
+        )
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         """Load as the Lightning strategy does, after finishing a swap that a killed process left half done."""
-        strategy: Any = self
-        if strategy.is_global_zero:
-            recover(checkpoint_path)
-        strategy.barrier("lightning_accel_checkpoint_recovered")
+        _recover_on_rank_zero(self, checkpoint_path)
         loaded: dict[str, Any] = super().load_checkpoint(checkpoint_path, weights_only)  # type: ignore[misc]
         return loaded
+
+
+class StagedFabricCheckpoints:
+    """:class:`StagedCheckpoints` for a Fabric strategy (Fabric's ``save_checkpoint(path, state, ...)`` signature).
+
+    Put it before the Fabric strategy (``FSDPStrategy``, ``ModelParallelStrategy``) whose saves it stages.
+
+    Example:
+        >>> from lightning.fabric.strategies import FSDPStrategy
+        >>> from lightning_accel.core.checkpoint_swap import StagedFabricCheckpoints
+        >>> class MyFSDPStrategy(StagedFabricCheckpoints, FSDPStrategy):
+        ...     pass
+    """
+
+    def save_checkpoint(
+        self,
+        path: Any,
+        state: dict[str, Any],
+        storage_options: Any | None = None,
+        filter: dict[str, Callable[[str, Any], bool]] | None = None,
+    ) -> None:
+        """Save as the Fabric strategy does, into a staging path that replaces ``path`` once all ranks wrote.
+
+        A process killed at any moment of the save leaves a whole checkpoint at ``path``: the previous one, or the
+        new one when the kill came during the swap (the next save or load finishes it).
+        """
+        _save_staged(
+            self,
+            path,
+            lambda staging: super(StagedFabricCheckpoints, self).save_checkpoint(  # type: ignore[misc]
+                staging, state, storage_options=storage_options, filter=filter
+            ),
+        )
+
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Load as the Fabric strategy does, after finishing a swap that a killed process left half done."""
+        _recover_on_rank_zero(self, path)
+        loaded: dict[str, Any] = super().load_checkpoint(path, *args, **kwargs)  # type: ignore[misc]
+        return loaded
+
+
+def _save_staged(strategy: Any, target: Any, write: Callable[[Path], None]) -> None:
+    """``write`` the checkpoint for ``target`` into its staging path on every rank, then swap it in on rank 0."""
+    target = strategy.broadcast(target)
+    if strategy.is_global_zero:
+        remove_leftovers(target)
+    strategy.barrier("lightning_accel_checkpoint_staging")
+    write(staging_path(target))
+    strategy.barrier("lightning_accel_checkpoint_written")
+    if strategy.is_global_zero:
+        swap_in(target)
+    strategy.barrier("lightning_accel_checkpoint_swapped")
+
+
+def _recover_on_rank_zero(strategy: Any, target: Any) -> None:
+    if strategy.is_global_zero:
+        recover(target)
+    strategy.barrier("lightning_accel_checkpoint_recovered")

@@ -14,6 +14,8 @@ from lightning.fabric.plugins.precision import FSDPPrecision, Precision
 from lightning.fabric.strategies import FSDPStrategy
 from typing_extensions import override
 
+from lightning_accel.core.checkpoint_swap import StagedFabricCheckpoints
+
 from .. import sdk
 from .._devices import parallel_root_device
 from .._from_lightning import rebuild_fsdp
@@ -40,13 +42,15 @@ if TYPE_CHECKING:
 __all__ = ["HPUFSDPStrategy"]
 
 
-class HPUFSDPStrategy(HCCLStrategyMixin, FSDPStrategy):
+class HPUFSDPStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, FSDPStrategy):
     """Fabric's Fully Sharded Data Parallel over HCCL (``strategy="hpu_fsdp"``): torch FSDP on HPUs.
 
     The arguments and behaviour are those of the Trainer's :class:`~lightning_accel.habana.HPUFSDPStrategy` with
     Fabric's defaults (``state_dict_type="sharded"``) and without ``checkpoint_io`` (Fabric's FSDP writes its own
     files); a ``device_mesh=(replicas, shards)`` tuple is built on the HPUs. ``fabric.all_reduce`` supports sum,
-    mean, min and max.
+    mean, min and max. A ``"sharded"`` checkpoint (a folder, one file per rank) is written aside and swapped in once
+    every rank has written (:class:`~lightning_accel.core.checkpoint_swap.StagedFabricCheckpoints`); a ``"full"``
+    one is one file written atomically by rank 0.
     Refused in lazy mode, as on Gaudi.
 
     Raises:

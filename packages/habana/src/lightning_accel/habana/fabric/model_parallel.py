@@ -10,6 +10,7 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.strategies import ModelParallelStrategy
 from typing_extensions import override
 
+from lightning_accel.core.checkpoint_swap import StagedFabricCheckpoints
 from lightning_accel.core.errors import ConfigurationError
 
 from .. import sdk
@@ -25,14 +26,18 @@ if TYPE_CHECKING:
 __all__ = ["HPUModelParallelStrategy"]
 
 
-class HPUModelParallelStrategy(ModelParallelOnHPUs, _HPUPrecisionSetter, ModelParallelStrategy):
+class HPUModelParallelStrategy(
+    StagedFabricCheckpoints, ModelParallelOnHPUs, _HPUPrecisionSetter, ModelParallelStrategy
+):
     """Fabric's FSDP2 and tensor parallelism over HCCL (``strategy="hpu_model_parallel"``).
 
     ``parallelize_fn(module, device_mesh)`` applies ``fully_shard`` and ``parallelize_module`` on the 2-D mesh this
     strategy builds on the HPUs (dimensions ``"data_parallel"`` and ``"tensor_parallel"``), as with Lightning's
     class. The HPU differences are those of the Trainer's
     :class:`~lightning_accel.habana.HPUModelParallelStrategy`: HCCL, FSDP2 gradients reduced by ``SUM`` (HCCL has
-    no ``AVG``), ``fabric.all_reduce`` of host tensors with sum, mean, min and max, eager mode only.
+    no ``AVG``), ``fabric.all_reduce`` of host tensors with sum, mean, min and max, eager mode only. ``fabric.save``
+    writes aside and swaps the checkpoint in once every rank has written
+    (:class:`~lightning_accel.core.checkpoint_swap.StagedFabricCheckpoints`).
 
     Raises:
         ConfigurationError: Without ``parallelize_fn`` (so the name alone is refused, as Lightning's class needs it),
