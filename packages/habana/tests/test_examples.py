@@ -72,3 +72,17 @@ def test_fsdp_example_shards_over_two_hpus_and_trains(tmp_path: Path) -> None:
     ]
     assert float(out.rsplit("validation accuracy:", 1)[1].split()[0]) > 0.8
     assert (tmp_path / "fsdp.ckpt").is_file()
+
+
+@pytest.mark.slow
+def test_model_parallel_example_splits_each_layer_over_two_hpus_and_trains(tmp_path: Path) -> None:
+    out = _run("model_parallel.py", tmp_path)  # tensor parallel over 2 HPUs, from Lightning's ModelParallelStrategy
+    # Each rank: half of the two blocks' weights and first biases (131,584), their second biases, replicated by
+    # RowwiseParallel (256), and the embedding and head, not parallelized (9,610): 141,450 of 273,034.
+    assert sorted(re.findall(r"rank (\d+) holds (\d+) of (\d+) parameters", out)) == [
+        ("0", "141450", "273034"),
+        ("1", "141450", "273034"),
+    ]
+    assert float(out.rsplit("validation accuracy:", 1)[1].split()[0]) > 0.85
+    shards = sorted(path.name for path in (tmp_path / "model_parallel.ckpt").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"], shards
