@@ -8,6 +8,7 @@ check the device without the SDK, so a minimal stand-in with the SDK's answers f
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
 
@@ -28,5 +29,16 @@ torch._register_device_module("hpu", _module)
 
 
 def report(**values: object) -> None:
-    """The script's result, as one JSON line on stdout."""
+    """The script's result, as one JSON line on stdout; then the process ends, without the interpreter's teardown.
+
+    Why: torch 2.13 keeps a Python object (the ``contextvars`` context that ``_engine_run_backward`` stashes) in each
+    backward's thread-local state, and the autograd thread of a non-CPU device (here the HPU's, as on Gaudi and
+    CUDA) may drop the last reference to it after the main thread has moved on. When the script ends within a few
+    milliseconds of its last backward, that thread takes the GIL during finalization, Python ends the thread, and the
+    process aborts with "terminate called without an active exception" (pytorch/pytorch#180701). It is a race in
+    torch, not a fault of the device, so the scripts, which always report last, leave right after reporting.
+    """
     sys.stdout.write(json.dumps(values) + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
