@@ -268,7 +268,8 @@ def ipu_stack_tests(session: nox.Session) -> None:
 def deepspeed_hpu_tests(session: nox.Session) -> None:
     """DeepSpeed on Gaudi package."""
     install_base(session, "habana", "deepspeed-hpu")
-    session.install("-e", "packages/deepspeed-hpu[tensor-parallel]")  # transformers, for tensor-parallel inference
+    # transformers, for tensor-parallel inference; Intel Neural Compressor, for fp8 inference
+    session.install("-e", "packages/deepspeed-hpu[tensor-parallel]", "-e", f"{PACKAGES['habana']}[fp8-inference]")
     pytest(session, "packages/deepspeed-hpu/tests", *WORKERS)
 
 

@@ -65,7 +65,9 @@ def test_fp8_arguments_are_checked_as_the_hpu_plugin_checks_them() -> None:
     assert plugin.precision == "fp8" and plugin.fp8_train_available
     with pytest.raises(ConfigurationError, match=r"precision is 'bf16-mixed'.*precision='fp8'"):
         HPUDeepSpeedPrecisionPlugin("bf16-mixed").convert_modules(torch.nn.Linear(2, 2), replace_layers=True)
-    with pytest.raises(ConfigurationError, match=r"inference=True.*Intel Neural Compressor"):
-        plugin.convert_modules(torch.nn.Linear(2, 2), inference=True)
+    with pytest.raises(ConfigurationError, match=r"inference=True.*Intel Neural Compressor swaps the layers inside"):
+        plugin.convert_modules(torch.nn.Linear(2, 2), inference=True)  # a layer alone, no model holding it
+    with pytest.raises(ConfigurationError, match=r"inference=True, replace_layers=True.*for fp8 training"):
+        plugin.convert_modules(torch.nn.Sequential(torch.nn.Linear(2, 2)), inference=True, replace_layers=True)
     with pytest.raises(ConfigurationError, match=r"precision='fp9' is not supported by DeepSpeed on HPU.*'fp8'"):
         HPUDeepSpeedPrecisionPlugin("fp9")

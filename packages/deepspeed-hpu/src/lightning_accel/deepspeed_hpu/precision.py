@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -11,7 +13,7 @@ from lightning.pytorch.plugins.precision import DeepSpeedPrecision
 from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
-from lightning_accel.habana import _fp8
+from lightning_accel.habana import _fp8, _fp8_inference
 
 __all__ = ["HPUDeepSpeedPrecisionPlugin", "PRECISIONS"]
 
@@ -39,6 +41,12 @@ class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
     swaps the model's ``torch.nn.Linear`` layers for ``transformer_engine.Linear`` (as
     :class:`~lightning_accel.habana.HPUPrecisionPlugin` does). Lightning's ``DeepSpeedPrecision`` given to the Trainer
     is turned into this plugin by the strategy.
+
+    ``"fp8"`` inference through Intel Neural Compressor (the extra ``lightning-accel-habana[fp8-inference]``), as
+    with :class:`~lightning_accel.habana.HPUPrecisionPlugin`: :meth:`convert_modules` with ``inference=True`` in the
+    model's ``on_predict_start``, once DeepSpeed inference (``tensor_parallel``) has split the layers, so that INC
+    patches DeepSpeed's ``LinearLayer`` / ``LinearAllreduce`` slices and each rank measures into and quantizes from
+    its own files (``measure_hooks_maxabs_<rank>_<world size>.*``).
 
     For ``trainer.predict`` with DeepSpeed inference, inputs are cast to the inference ``dtype`` the model runs in.
 
@@ -74,14 +82,22 @@ class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
         self.recipe: Any = None
         self.replace_layers = False
         self.fp8_train_available = normalized == "fp8"
-        self.fp8_inference_available = False
+        self.fp8_inference_available = self.fp8_train_available and _fp8_inference.inc_available()
+        self._inference = _fp8_inference.InferenceRun()
 
     @override
     def forward_context(self) -> AbstractContextManager[Any]:
         """The SDK's ``fp8_autocast`` for ``"fp8"``; nothing otherwise (DeepSpeed casts)."""
         if self.precision == "fp8":
+            self._inference.check_ranks()
             return _fp8.fp8_autocast(_fp8.make_recipe(self.recipe))
         return nullcontext()
+
+    @override
+    def teardown(self) -> None:
+        """After ``trainer.predict``/``test``: write the fp8 measurements of a module being measured."""
+        self._inference.finish()
+        super().teardown()
 
     def convert_modules(
         self,
@@ -89,18 +105,25 @@ class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
         inference: bool = False,
         replace_layers: bool = False,
         recipe: Any = None,
-        quant: bool = True,
-        fp8_data_path: str | None = None,
+        quant: bool | str | os.PathLike[str] | Mapping[str, Any] = True,
+        fp8_data_path: str | os.PathLike[str] | None = None,
     ) -> torch.nn.Module:
-        """Prepare ``module`` for fp8 training (the arguments of ``HPUPrecisionPlugin.convert_modules``).
+        """Prepare ``module`` for fp8 training or inference (the arguments of ``HPUPrecisionPlugin.convert_modules``).
+
+        Inference (``inference=True``) quantizes whole layers or DeepSpeed inference's tensor-parallel slices;
+        ZeRO-3's partitioned parameters are refused (predict with DeepSpeed inference, ``tensor_parallel``, instead).
 
         Raises:
-            ConfigurationError: When the precision is not ``"fp8"``, for ``inference=True`` (fp8 inference through
-                Intel Neural Compressor runs on one HPU, with ``HPUPrecisionPlugin``), or a bad ``recipe``.
+            ConfigurationError: When the precision is not ``"fp8"``, for a bad ``recipe`` or ``quant``, Intel Neural
+                Compressor missing, a module whose parameters ZeRO-3 partitioned, or the arguments of one mode given
+                for the other.
         """
-        self.recipe = _fp8.convert_modules(
-            str(self.precision), module, inference, replace_layers, recipe, quant, fp8_data_path
-        )
+        if inference:
+            _fp8.check_inference_arguments(str(self.precision), module, replace_layers, recipe)
+            _refuse_partitioned(module)
+            self._inference.convert(module, quant, fp8_data_path)
+            return module
+        self.recipe = _fp8.convert_modules(str(self.precision), module, replace_layers, recipe, quant, fp8_data_path)
         self.replace_layers = bool(replace_layers)
         return module
 
@@ -125,6 +148,20 @@ class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
         """Cast floating-point tensors in ``data`` to the dtype the model runs in."""
         dtype = self._input_dtype or self._desired_dtype
         return apply_to_collection(data, torch.Tensor, _cast_floating, dtype)
+
+
+def _refuse_partitioned(module: torch.nn.Module) -> None:
+    # ZeRO-3 leaves each rank an empty placeholder per parameter (DeepSpeed marks them with ``ds_id``); INC would
+    # measure and quantize those placeholders.
+    partitioned = [name for name, parameter in module.named_parameters() if hasattr(parameter, "ds_id")]
+    if partitioned:
+        raise ConfigurationError(
+            f"convert_modules(inference=True): the parameters of {type(module).__name__} are partitioned by ZeRO "
+            f"stage 3 ({partitioned[0]!r} and {len(partitioned) - 1} more), so no rank holds a whole layer for Intel "
+            "Neural Compressor to measure and quantize. Accepted: whole layers (ZeRO stages 0-2) or DeepSpeed "
+            "inference's tensor-parallel slices: HPUDeepSpeedStrategy(tensor_parallel={'tp_size': N}) for "
+            "trainer.predict."
+        )
 
 
 def _cast_floating(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

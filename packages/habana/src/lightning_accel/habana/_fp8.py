@@ -209,7 +209,6 @@ def check_inference_arguments(precision: str, module: Any, replace_layers: bool,
 def convert_modules(
     precision: str,
     module: torch.nn.Module,
-    inference: bool,
     replace_layers: bool,
     recipe: Any,
     quant: Any,
@@ -220,17 +219,10 @@ def convert_modules(
     ``fp8_data_path`` is accepted and unused, as lightning-habana 1.7 accepted it with ``inference=False``.
 
     Raises:
-        ConfigurationError: When ``precision`` is not ``"fp8"``, for ``inference=True`` (a plugin without fp8
-            inference: the DeepSpeed plugin), a bad ``recipe``, or ``quant`` given for training.
+        ConfigurationError: When ``precision`` is not ``"fp8"``, for a bad ``recipe``, or ``quant`` given for
+            training.
     """
     _check_precision_and_module(precision, module)
-    if inference:
-        raise ConfigurationError(
-            "convert_modules(inference=True) is not supported with DeepSpeed: fp8 inference through Intel Neural "
-            "Compressor runs on one HPU. Accepted: inference=False (fp8 training with replace_layers=True); for fp8 "
-            "inference use HPUPrecisionPlugin('fp8').convert_modules(model, inference=True, ...) with "
-            "Trainer(devices=1)."
-        )
     if quant is not True:
         raise ConfigurationError(
             f"convert_modules(quant={quant!r}): quant is for fp8 inference (inference=True) only. Accepted for "

@@ -296,7 +296,7 @@ class HPUPrecisionHooks:
             self._inference.convert(module, quant, fp8_data_path)
             return module
         self.recipe = _fp8.convert_modules(
-            self._settings.precision, module, inference, replace_layers, recipe, quant, fp8_data_path
+            self._settings.precision, module, replace_layers, recipe, quant, fp8_data_path
         )
         self.replace_layers = bool(replace_layers)
         return module
