@@ -17,17 +17,11 @@ from typing_extensions import override
 from lightning_accel.core.checkpoint_swap import StagedFabricCheckpoints
 
 from .. import sdk
-from .._devices import parallel_root_device
-from .._from_lightning import rebuild_fsdp
 from .._fsdp import (
-    build_device_mesh,
     check_state_dict_type,
-    fsdp_device,
     full_state_dict_context,
-    hpu_precision_plugin,
-    refuse_lazy_mode,
 )
-from .._hccl_strategy import HCCLStrategyMixin
+from .._fsdp_strategy import FSDPOnHPUs
 from ..checkpoint_io import HPUCheckpointIO
 from .fsdp_precision import HPUFSDPPrecision
 
@@ -42,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["HPUFSDPStrategy"]
 
 
-class HPUFSDPStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, FSDPStrategy):
+class HPUFSDPStrategy(StagedFabricCheckpoints, FSDPOnHPUs, FSDPStrategy):
     """Fabric's Fully Sharded Data Parallel over HCCL (``strategy="hpu_fsdp"``): torch FSDP on HPUs.
 
     The arguments and behaviour are those of the Trainer's :class:`~lightning_accel.habana.HPUFSDPStrategy` with
@@ -66,7 +60,8 @@ class HPUFSDPStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, FSDPStrategy):
         >>> fabric = Fabric(accelerator="hpu", devices=2, strategy=strategy, precision="bf16-mixed")  # doctest: +SKIP
     """
 
-    strategy_name = "hpu_fsdp"
+    _precision_argument = "precision"
+    _plugin_classes = (HPUFSDPPrecision, FSDPPrecision, Precision)
 
     def __init__(
         self,
@@ -106,33 +101,11 @@ class HPUFSDPStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, FSDPStrategy):
         )
         self._full = state_dict_type == "full"
 
-    @classmethod
-    def from_lightning_strategy(cls, strategy: FSDPStrategy) -> HPUFSDPStrategy:
-        """This strategy with the arguments of Lightning's ``FSDPStrategy(...)`` instance ``strategy``.
-
-        The core calls it for ``Fabric(accelerator="hpu", strategy=FSDPStrategy(...))``, so a GPU script's instance
-        runs on HPUs as the name ``"fsdp"`` does.
-
-        Raises:
-            ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``, or arguments the HPU strategy
-                refuses.
-        """
-        return rebuild_fsdp(cls, strategy, "precision")
-
-    @property
-    @override
-    def root_device(self) -> torch.device:
-        """This process's HPU as torch FSDP takes it: with an index (``hpu:0``)."""
-        return fsdp_device(parallel_root_device(self.parallel_devices, self.local_rank))
-
     @property
     @override
     def precision(self) -> HPUFSDPPrecision:
         """The precision plugin; a float32 :class:`HPUFSDPPrecision` until one is set."""
-        plugin = self._precision
-        if plugin is None:
-            return HPUFSDPPrecision("32-true")
-        assert isinstance(plugin, HPUFSDPPrecision)
+        plugin: HPUFSDPPrecision = self._plugin_or_default(self._precision)
         return plugin
 
     @precision.setter
@@ -140,25 +113,9 @@ class HPUFSDPStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, FSDPStrategy):
     def precision(self, precision: Precision | None) -> None:
         self._precision = None if precision is None else self._hpu_plugin(precision)
 
-    @staticmethod
-    def _hpu_plugin(plugin: Precision) -> HPUFSDPPrecision:
-        return hpu_precision_plugin(plugin, HPUFSDPPrecision, FSDPPrecision, Precision, "Fabric(precision=...)")
-
-    @override
-    def setup_environment(self) -> None:
-        """Check the accelerator and the SDK's mode, then join HCCL as Fabric's FSDP joins its process group.
-
-        Raises:
-            ConfigurationError: When the accelerator is not the HPU accelerator, or the SDK runs in lazy mode.
-        """
-        self._check_hpu_accelerator()
-        refuse_lazy_mode(type(self).__name__)
-        self._start_rank_watch()
-        assert self.accelerator is not None
-        # Index-less, as on Gaudi: the runtime gives each process its card.
-        self.accelerator.setup_device(parallel_root_device(self.parallel_devices, self.local_rank))
+    def _join_process_group(self) -> dict[str, Any]:
         self._setup_distributed()
-        build_device_mesh(self._fsdp_kwargs)
+        return self._fsdp_kwargs
 
     @override
     def save_checkpoint(
@@ -230,9 +187,3 @@ class HPUFSDPStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, FSDPStrategy):
         if not empty_init:
             stack.enter_context(self.root_device)
         return stack
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register ``"hpu_fsdp"`` (the core does this from the plugin spec)."""
-        strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)

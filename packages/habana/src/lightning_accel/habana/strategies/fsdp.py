@@ -17,17 +17,11 @@ from typing_extensions import override
 from lightning_accel.core.checkpoint_swap import StagedCheckpoints
 
 from .. import sdk
-from .._devices import parallel_root_device
-from .._from_lightning import rebuild_fsdp
 from .._fsdp import (
-    build_device_mesh,
     check_state_dict_type,
-    fsdp_device,
     full_state_dict_context,
-    hpu_precision_plugin,
-    refuse_lazy_mode,
 )
-from .._hccl_strategy import HCCLStrategyMixin
+from .._fsdp_strategy import FSDPOnHPUs
 from .._strategy_defaults import HPUCheckpointIODefault
 from ..fsdp_precision import HPUFSDPPrecision
 
@@ -42,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["HPUFSDPStrategy"]
 
 
-class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefault, FSDPStrategy):
+class HPUFSDPStrategy(StagedCheckpoints, FSDPOnHPUs, HPUCheckpointIODefault, FSDPStrategy):
     """Fully Sharded Data Parallel over HCCL (``strategy="hpu_fsdp"``): torch FSDP on HPUs, one process per HPU.
 
     Each rank keeps a shard of the parameters, gradients and optimizer state (with ``"FULL_SHARD"``, about
@@ -91,7 +85,8 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
         >>> strategy = HPUFSDPStrategy(auto_wrap_policy={torch.nn.Linear}, state_dict_type="sharded")
     """
 
-    strategy_name = "hpu_fsdp"
+    _precision_argument = "precision_plugin"
+    _plugin_classes = (HPUFSDPPrecision, FSDPPrecision, Precision)
     # Its own list: Lightning refuses names in FSDPStrategy's list unless the accelerator is CUDA.
     _registered_strategies: list[str] = []  # noqa: RUF012
 
@@ -135,33 +130,11 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
         )
         self._full = state_dict_type == "full"
 
-    @classmethod
-    def from_lightning_strategy(cls, strategy: FSDPStrategy) -> HPUFSDPStrategy:
-        """This strategy with the arguments of Lightning's ``FSDPStrategy(...)`` instance ``strategy``.
-
-        The core calls it for ``Trainer(accelerator="hpu", strategy=FSDPStrategy(...))``, so a GPU script's instance
-        runs on HPUs as the name ``"fsdp"`` does.
-
-        Raises:
-            ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``, or arguments the HPU strategy
-                refuses.
-        """
-        return rebuild_fsdp(cls, strategy, "precision_plugin")
-
-    @property
-    @override
-    def root_device(self) -> torch.device:
-        """This process's HPU as torch FSDP takes it: with an index (``hpu:0``)."""
-        return fsdp_device(parallel_root_device(self.parallel_devices, self.local_rank))
-
     @property
     @override
     def precision_plugin(self) -> HPUFSDPPrecision:
         """The precision plugin; a float32 :class:`HPUFSDPPrecision` until one is set."""
-        plugin = self._precision_plugin
-        if plugin is None:
-            return HPUFSDPPrecision("32-true")
-        assert isinstance(plugin, HPUFSDPPrecision)
+        plugin: HPUFSDPPrecision = self._plugin_or_default(self._precision_plugin)
         return plugin
 
     @precision_plugin.setter
@@ -169,25 +142,9 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
     def precision_plugin(self, precision_plugin: Precision | None) -> None:
         self._precision_plugin = None if precision_plugin is None else self._hpu_plugin(precision_plugin)
 
-    @staticmethod
-    def _hpu_plugin(plugin: Precision) -> HPUFSDPPrecision:
-        return hpu_precision_plugin(plugin, HPUFSDPPrecision, FSDPPrecision, Precision, "Trainer(precision=...)")
-
-    @override
-    def setup_environment(self) -> None:
-        """Check the accelerator and the SDK's mode, then join HCCL as Lightning's FSDP joins its process group.
-
-        Raises:
-            ConfigurationError: When the accelerator is not the HPU accelerator, or the SDK runs in lazy mode.
-        """
-        self._check_hpu_accelerator()
-        refuse_lazy_mode(type(self).__name__)
-        self._start_rank_watch()
-        assert self.accelerator is not None
-        # Index-less, as on Gaudi: the runtime gives each process its card.
-        self.accelerator.setup_device(parallel_root_device(self.parallel_devices, self.local_rank))
+    def _join_process_group(self) -> dict[str, Any]:
         self.setup_distributed()
-        build_device_mesh(self.kwargs)
+        return self.kwargs
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
@@ -261,9 +218,3 @@ class HPUFSDPStrategy(StagedCheckpoints, HCCLStrategyMixin, HPUCheckpointIODefau
         """Modules made in ``configure_model`` are made on the HPU (on the meta device with ``empty_init``)."""
         with super().tensor_init_context(empty_init), nullcontext() if empty_init else self.root_device:
             yield
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register ``"hpu_fsdp"`` (the core does this from the plugin spec)."""
-        strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)
