@@ -959,7 +959,7 @@ class PoplarExecutor:
             step, replica = divmod(index, replicas)
             group = replica // opts.input_group_size if consecutive else replica % groups
             micro_batch = step * groups + group
-            return program.run(states[replica % len(states)], [leaf[micro_batch] for leaf in micro_batches])
+            return program.run_leaves(states[replica % len(states)], [leaf[micro_batch] for leaf in micro_batches])
 
         return run
 
@@ -993,7 +993,7 @@ class PoplarExecutor:
                     if seed is None:
                         seed = torch.full_like(loss, scale)
                     loss.backward(seed)
-                    outputs.append(_detach(out))
+                    outputs.append([leaf.detach() if isinstance(leaf, torch.Tensor) else leaf for leaf in out])
                 with torch.no_grad():
                     grads = [p for p in params if p.grad is not None]
                     if loss_scaling != 1.0:
@@ -1004,14 +1004,15 @@ class PoplarExecutor:
                 optimizer.step()
         return outputs
 
-    def _gather(self, outputs: list[Any]) -> Any:
-        """Combine the per-micro-batch outputs as the output mode says."""
+    def _gather(self, outputs: list[list[Any]]) -> Any:
+        """Combine the per-micro-batch outputs (each as its leaves) as the output mode says."""
         opts = self._options
         accumulation, replicas = opts.Training.gradient_accumulation, opts.replication_factor
         per_iteration = accumulation * replicas
         mode = OutputMode(opts.output_mode)
-        leaves_per_output = [flatten(out)[0] for out in outputs]
-        spec = flatten(outputs[0])[1]
+        assert self._executable is not None
+        leaves_per_output = outputs
+        spec = self._executable.program.output_spec
         combined = []
         for position in range(len(leaves_per_output[0])):
             values = [leaves[position] for leaves in leaves_per_output]
@@ -1048,11 +1049,6 @@ def _host_output_types(value: Any) -> Any:
         ],
         spec,
     )
-
-
-def _detach(value: Any) -> Any:
-    leaves, spec = flatten(value)
-    return unflatten([leaf.detach() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
 
 
 def _concat(values: list[torch.Tensor]) -> torch.Tensor:

@@ -16,6 +16,7 @@ every execution. Autograd records the executed ATen operations, so a training ex
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +56,7 @@ class Program:
         # Positional leaves in, a list out: the pytree (un)flattening make_fx generates costs more than a small
         # model's operators, and the leaves are flat already.
         graph.graph._codegen = torch.fx.graph.CodeGen()
+        _call_operators_directly(graph.graph)
         graph.recompile()
         self.graph = graph
         self._forward = graph.forward
@@ -64,16 +66,44 @@ class Program:
         self._with_loss = with_loss
         self._leaf_count = len(tensor_positions) + len(constants)
 
+    @property
+    def output_spec(self) -> Any:
+        """The structure of the model's output, to rebuild it from :meth:`run_leaves`' leaves with ``unflatten``."""
+        return self._output_spec
+
     def run(self, state: list[torch.Tensor], inputs: list[torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
         """Execute the graph on ``state`` (weights and buffers) and the micro-batch's tensor ``inputs``."""
-        results = list(self._forward(*state, *inputs))
-        loss = results.pop() if self._with_loss else None
+        leaves, loss = self.run_leaves(state, inputs)
+        return unflatten(leaves, self._output_spec), loss
+
+    def run_leaves(
+        self, state: list[torch.Tensor], inputs: list[torch.Tensor]
+    ) -> tuple[list[Any], torch.Tensor | None]:
+        """:meth:`run`, with the output as its leaves in order (a host call rebuilds the structure once, at the end)."""
+        results = self._forward(*state, *inputs)
         leaves: list[Any] = [None] * self._leaf_count
-        for position, value in strict_zip(self._tensor_positions, results):
+        # The graph returns one tensor per position, in order (checked when it was traced), then the loss.
+        for position, value in zip(self._tensor_positions, results):
             leaves[position] = value
         for position, value in self.constants.items():
             leaves[position] = value
-        return unflatten(leaves, self._output_spec), loss
+        return leaves, results[-1] if self._with_loss else None
+
+
+def _call_operators_directly(graph: torch.fx.Graph) -> None:
+    """Make the generated code call each ATen operator's C++ entry point instead of its Python ``OpOverload``.
+
+    ``OpOverload.__call__`` is a Python frame that only forwards to ``OpOverload._op``; with a dozen operators per
+    micro-batch, those frames were a measurable part of a small model's step (benchmarks/bench_ipu_device_iterations).
+    ``functools.partial`` is called from C; its name is what the generated code calls it.
+    """
+    for node in graph.nodes:
+        target = node.target
+        if node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
+            direct = functools.partial(target._op)
+            direct.__name__ = str(target).replace(".", "_")  # type: ignore[attr-defined]
+            direct.__module__ = __name__  # not torch's: the code names it by this global, not by a torch path
+            node.target = direct
 
 
 def trace(
