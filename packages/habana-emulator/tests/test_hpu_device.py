@@ -321,7 +321,7 @@ def test_tensor_split_takes_host_indices_as_on_every_device() -> None:
 # torch's own notice when a CSR tensor is made (on the host, here): its business, not the device's.
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta:UserWarning")
 @isolated
-def test_sparse_layouts_are_refused_with_the_dense_alternative() -> None:
+def test_sparse_quantized_and_mkldnn_results_are_refused_with_what_to_do_instead() -> None:
     refusal = "the emulated HPU has no sparse tensors"
     with pytest.raises(NotImplementedError, match=f"aten::_to_sparse: {refusal}"):
         torch.eye(3, device="hpu").to_sparse()
@@ -333,6 +333,16 @@ def test_sparse_layouts_are_refused_with_the_dense_alternative() -> None:
         embedding(torch.tensor([1, 2], device="hpu")).sum().backward()
     with pytest.raises(NotImplementedError):
         torch.eye(3).to_sparse_csr().to("hpu")
+    # Quantized results would lose their quantizer on the HPU: refused, as the dispatcher refuses quantized HPU tensors.
+    with pytest.raises(NotImplementedError, match=r"quantize_per_tensor: the emulated HPU has no quantized tensors"):
+        torch.quantize_per_tensor(torch.ones(2, device="hpu"), 0.1, 0, torch.qint8)
+    with pytest.raises(NotImplementedError, match="QuantizedHPU"):
+        torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8).to("hpu")
+    # MKL-DNN is not sparse: a layout of the CPU only, refused as such.
+    with pytest.raises(
+        NotImplementedError, match=r"aten::to_mkldnn: the emulated HPU has no MKL-DNN \(oneDNN\) tensors"
+    ):
+        torch.eye(3, device="hpu").to_mkldnn()
 
 
 @isolated

@@ -75,5 +75,7 @@ void route_to_backing_kernels();
 // --- aten/Sparse.cpp -------------------------------------------------------------------------------------------
 // Raises NotImplementedError: `op_name` would make or take a sparse HPU tensor, and the device has dense kernels only.
 [[noreturn]] void refuse_sparse(const std::string& op_name);
+// A result of layout ``layout`` (not strided) for the HPU: the sparse refusal, or MKL-DNN's, a CPU-only layout.
+[[noreturn]] void refuse_layout(const std::string& op_name, c10::Layout layout);
 
 }  // namespace lightning_accel::hpu

@@ -199,8 +199,15 @@ class Call {
       return result;
     }
     if (result.layout() != c10::kStrided) {
-      refuse_sparse(plan_.name);
+      refuse_layout(plan_.name, result.layout());
     }
+    // A quantized host result would become an HPU tensor of a quantized dtype without its quantizer: refused, as
+    // torch's dispatcher refuses quantized HPU tensors (the QuantizedHPU key has no kernels).
+    TORCH_CHECK_NOT_IMPLEMENTED(!result.is_quantized(), plan_.name,
+                                ": the emulated HPU has no quantized tensors (qint8, quint8, qint32); Gaudi's SDK has no "
+                                "quantized kernels either and quantizes to fp8 through Intel Neural Compressor "
+                                "(HPUPrecisionPlugin('fp8').convert_modules(model, inference=True, ...)). Quantize on "
+                                "the host: tensor.cpu().");
     for (const auto& swap : swaps_) {
       if (result.unsafeGetTensorImpl() == swap.alias.unsafeGetTensorImpl()) {
         return swap.hpu;

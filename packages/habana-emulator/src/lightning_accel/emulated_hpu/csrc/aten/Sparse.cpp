@@ -18,6 +18,15 @@ void refuse_sparse(const std::string& op_name) {
                               "F.embedding(..., sparse=False) or tensor.to_dense().");
 }
 
+void refuse_layout(const std::string& op_name, c10::Layout layout) {
+  // Gaudi's bridge registers no MKL-DNN kernels either: oneDNN's opaque layout is the CPU's own.
+  TORCH_CHECK_NOT_IMPLEMENTED(layout != c10::kMkldnn, op_name,
+                              ": the emulated HPU has no MKL-DNN (oneDNN) tensors, a layout of the CPU only; it has "
+                              "dense, strided tensors. Call to_mkldnn() on a host tensor (tensor.cpu().to_mkldnn()), "
+                              "or keep the strided HPU tensor.");
+  refuse_sparse(op_name);
+}
+
 namespace {
 
 void refuse_sparse_operator(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
