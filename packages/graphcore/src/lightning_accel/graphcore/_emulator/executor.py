@@ -1004,14 +1004,13 @@ class PoplarExecutor:
                 optimizer.step()
         return outputs
 
-    def _gather(self, outputs: list[list[Any]]) -> Any:
+    def _gather(self, leaves_per_output: list[list[Any]]) -> Any:
         """Combine the per-micro-batch outputs (each as its leaves) as the output mode says."""
         opts = self._options
         accumulation, replicas = opts.Training.gradient_accumulation, opts.replication_factor
         per_iteration = accumulation * replicas
         mode = OutputMode(opts.output_mode)
         assert self._executable is not None
-        leaves_per_output = outputs
         spec = self._executable.program.output_spec
         combined = []
         for position in range(len(leaves_per_output[0])):

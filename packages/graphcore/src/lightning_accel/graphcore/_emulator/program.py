@@ -26,7 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from lightning_accel.core.pycompat import strict_zip
 
 from .errors import Error
-from .structures import flatten, unflatten
+from .structures import flatten
 
 __all__ = ["ITEM_ERR", "Program", "trace"]
 
@@ -38,7 +38,9 @@ ITEM_ERR = (
 
 
 class Program:
-    """A traced model: ``run(state, inputs)`` returns the model's output structure (and the loss, when training).
+    """A traced model: ``run_leaves(state, inputs)`` returns its output's leaves and the loss (when training).
+
+    ``unflatten(leaves, output_spec)`` rebuilds the output's structure.
 
     Attributes:
         graph: The recorded ``torch.fx.GraphModule``.
@@ -71,15 +73,13 @@ class Program:
         """The structure of the model's output, to rebuild it from :meth:`run_leaves`' leaves with ``unflatten``."""
         return self._output_spec
 
-    def run(self, state: list[torch.Tensor], inputs: list[torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
-        """Execute the graph on ``state`` (weights and buffers) and the micro-batch's tensor ``inputs``."""
-        leaves, loss = self.run_leaves(state, inputs)
-        return unflatten(leaves, self._output_spec), loss
-
     def run_leaves(
         self, state: list[torch.Tensor], inputs: list[torch.Tensor]
     ) -> tuple[list[Any], torch.Tensor | None]:
-        """:meth:`run`, with the output as its leaves in order (a host call rebuilds the structure once, at the end)."""
+        """Execute the graph on ``state`` (weights and buffers) and the micro-batch's tensor ``inputs``.
+
+        The output comes as its leaves in order: a host call rebuilds the structure once, from all micro-batches.
+        """
         results = self._forward(*state, *inputs)
         leaves: list[Any] = [None] * self._leaf_count
         # The graph returns one tensor per position, in order (checked when it was traced), then the loss.
