@@ -165,15 +165,22 @@ def test_set_up_and_full_checkpoints_hold_one_unit_at_a_time_on_the_device(tmp_p
     # gradients and Adam's two moments) plus one unit's gathered state, at most Adam's two moments of the largest unit
     # (measured: exactly that, 165120 bytes; gathering on the device, as an earlier release did, took more than three
     # times the model on rank 0). The checkpoint then resumes with the saved weights.
+    # The script saves several times: the emulated HCCL runs on gloo's worker threads, which free a finished
+    # collective's tensors when next scheduled, so under load one save's figures can include up to one collective per
+    # thread (two) from before it, at most a unit's gathered state and its shard each (measured under a one-core
+    # pin: 1.5 units). What the save itself holds is the smallest peak above the smallest steady state.
     results = _run("fsdp_checkpoint_memory.py", tmp_path, *(["--fabric"] if fabric else []))
     for result in results:
         unit = result["largest_unit_bytes"]
+        late_frees = 2 * (unit + unit // 2)
         assert result["setup_before"] == 0, result
         assert result["setup_peak"] <= result["shard_bytes"] + 2 * unit < result["model_bytes"], result
-        assert result["peak"] - result["before"] <= 2 * unit < result["model_bytes"], result
+        steady = min(result["before"])
+        assert min(result["peak"]) - steady <= 2 * unit < result["model_bytes"], result
+        assert max(result["peak"]) - steady <= 2 * unit + late_frees < result["model_bytes"], result
         if not fabric:
             # The model alone: one unit's flat parameter at a time.
-            assert result["model_peak"] - result["before"] <= unit, result
+            assert min(result["model_peak"]) - min(result["model_before"]) <= unit, result
         assert result["resumed_same_weights"]
     if not fabric:
         assert [r["saved_keys"] for r in results] == [16, 0]  # rank 0 holds the full state dict, rank 1 nothing
