@@ -56,6 +56,7 @@ PACKAGES = {
     "habana": "packages/habana",
     "habana-emulator": "packages/habana-emulator",
     "graphcore": "packages/graphcore",
+    "poptorch-emulator": "packages/poptorch-emulator",
     "deepspeed-hpu": "packages/deepspeed-hpu",
 }
 TEST_PLUGIN = "packages/core/tests/testplugin"
@@ -122,10 +123,12 @@ def install_seeded(session: nox.Session, *requirements: str) -> None:
 
 
 def install_base(session: nox.Session, *packages: str, editable: bool = True) -> None:
-    """torch, Lightning, the test tools, the core and ``packages``; with "habana", the SDK emulator it runs on here."""
+    """torch, Lightning, the test tools, the core and ``packages``; with "habana" or "graphcore", the SDK emulator it
+    runs on here (what the integration's ``emulator`` extra pulls, from this tree)."""
     install_seeded(session, *SEEDED)
-    if "habana" in packages and "habana-emulator" not in packages:
-        packages = ("habana-emulator", *packages)  # what lightning-accel-habana[emulator] pulls, from this tree
+    for integration, emulator in (("habana", "habana-emulator"), ("graphcore", "poptorch-emulator")):
+        if integration in packages and emulator not in packages:
+            packages = (emulator, *packages)
     for name in ("core", *packages):
         if editable:
             session.install("-e", PACKAGES[name])
@@ -242,8 +245,12 @@ def hpu_opinfo(session: nox.Session) -> None:
 
 @nox.session(python=IPU_PLAN.python, venv_params=list(IPU_PLAN.venv_params))
 def ipu_tests(session: nox.Session) -> None:
-    """Graphcore package: on real IPUs when present, otherwise on the poptorch emulator."""
-    vendor_tests(session, IPU_PLAN, "graphcore")
+    """Graphcore package: on real IPUs when present, else on the poptorch emulator, then the emulator's own tests."""
+    # The emulator (lightning-accel-graphcore[emulator], from this tree) off IPU machines only.
+    emulator = () if IPU_PLAN.hardware else ("poptorch-emulator",)
+    vendor_tests(session, IPU_PLAN, "graphcore", also=emulator)
+    if emulator:
+        session.run("pytest", f"{PACKAGES['poptorch-emulator']}/tests", *session.posargs)
 
 
 @nox.session(python=IPU_STACK_PYTHON)
@@ -259,7 +266,8 @@ def ipu_stack_tests(session: nox.Session) -> None:
     session.install(TEST_PLUGIN)
     warnings = ("-W", "ignore::DeprecationWarning", "-W", "ignore::FutureWarning")
     session.run("pytest", "packages/core/tests", *WORKERS, *warnings, *session.posargs)
-    session.install("-e", PACKAGES["graphcore"])
+    session.install("-e", PACKAGES["poptorch-emulator"], "-e", PACKAGES["graphcore"])
+    session.run("pytest", f"{PACKAGES['poptorch-emulator']}/tests", *warnings, *session.posargs)
     # Two workers: the Graphcore tests share nothing between processes (each has its own emulated IPUs).
     session.run("pytest", "packages/graphcore/tests", "-n", "2", *warnings, *session.posargs)
 
@@ -320,7 +328,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def build(session: nox.Session) -> None:
-    """Build the six wheels and check their metadata; the core wheel must carry the autoload files."""
+    """Build the seven wheels and check their metadata; the core wheel must carry the autoload files."""
     session.install("build>=1", "twine>=5")
     out = ROOT / "dist"
     shutil.rmtree(out, ignore_errors=True)

@@ -1,8 +1,8 @@
 """Check the built wheels: one per distribution; the core and habana-emulator wheels carry start-up hooks at the root.
 
-Ray is only in the habana wheel's ``ray`` extra. The Gaudi SDK emulator is its own wheel, with every file of its
-package (its device's C++ sources too), the emulated SDK's entry points, and nothing of it in the habana wheel, which
-pulls it only through its ``emulator`` extra.
+Ray is only in the habana wheel's ``ray`` extra. Each SDK emulator (Gaudi's, poptorch's) is its own wheel, with every
+file of its package (the Gaudi device's C++ sources too) and the emulated SDK's entry points, and nothing of it is in
+its integration's wheel, which pulls it only through its ``emulator`` extra.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ EXPECTED = (
     "lightning_accel_habana-",
     "lightning_accel_habana_emulator-",
     "lightning_accel_graphcore-",
+    "lightning_accel_poptorch_emulator-",
     "lightning_accel_deepspeed_hpu-",
 )
 
@@ -43,8 +44,32 @@ def _ray_extra_problems(habana: Path) -> list[str]:
     return problems
 
 
-EMULATOR_PACKAGE = Path(__file__).resolve().parents[1] / "packages" / "habana-emulator" / "src"
+PACKAGES = Path(__file__).resolve().parents[1] / "packages"
 EMULATOR_AUTOLOAD = "_lightning_accel_habana_emulator_autoload.py"
+
+
+class _Split:
+    """An integration and its SDK emulator, a distribution of its own."""
+
+    def __init__(self, integration: str, emulator: str, sdk_module: str, device_type: str) -> None:
+        self.integration, self.emulator = integration, emulator
+        self.sdk_module, self.group = sdk_module, f"lightning_accel.emulated_sdks.{device_type}"
+        self.emulator_module = "lightning_accel." + emulator.replace("-", "_")
+        self.source = PACKAGES / emulator / "src"
+
+    @property
+    def integration_prefix(self) -> str:
+        return f"lightning_accel_{self.integration.replace('-', '_')}-"
+
+    @property
+    def emulator_prefix(self) -> str:
+        return f"lightning_accel_{self.emulator.replace('-', '_')}-"
+
+
+SPLITS = (
+    _Split("habana", "habana-emulator", "habana_frameworks.torch", "hpu"),
+    _Split("graphcore", "poptorch-emulator", "poptorch", "ipu"),
+)
 
 
 def _metadata(wheel: Path) -> email.message.Message:
@@ -80,39 +105,44 @@ def _source_files(folder: Path) -> list[Path]:
     return [folder / name for name in listed if (folder / name).is_file()]
 
 
-def _emulator_problems(habana: Path | None, emulator: Path | None) -> list[str]:
-    """The emulator ships whole, declares the emulated SDK; the habana wheel has none of it, only the extra."""
+def _emulator_problems(split: _Split, integration: Path | None, emulator: Path | None) -> list[str]:
+    """The emulator ships whole and declares the emulated SDK; the integration has none of it, only the extra."""
     problems = []
     if emulator is not None:
         names = set(zipfile.ZipFile(emulator).namelist())
-        if EMULATOR_AUTOLOAD not in names:
-            problems.append(f"{emulator.name} lacks {EMULATOR_AUTOLOAD} (its torch.backends entry point)")
-        for path in _source_files(EMULATOR_PACKAGE / "lightning_accel"):  # every file, not only the Python ones
-            relative = path.relative_to(EMULATOR_PACKAGE).as_posix()
+        for path in _source_files(split.source / "lightning_accel"):  # every file, not only the Python ones
+            relative = path.relative_to(split.source).as_posix()
             if relative not in names:
                 problems.append(f"{emulator.name} lacks {relative}")
-        entry_points = _entry_points(emulator)
-        declared = entry_points.get("lightning_accel.emulated_sdks.hpu", {})
-        if declared.get("habana_frameworks.torch") != "lightning_accel.habana_emulator":
+        declared = _entry_points(emulator).get(split.group, {})
+        if declared.get(split.sdk_module) != split.emulator_module:
+            problems.append(f"{emulator.name} does not declare {split.sdk_module} in {split.group}")
+    if integration is not None:
+        names = zipfile.ZipFile(integration).namelist()
+        stem = split.emulator_module.rsplit(".", 1)[1]
+        if any(stem in name or "_emulator/" in name for name in names):
+            problems.append(f"{integration.name} ships emulator files; they belong to lightning-accel-{split.emulator}")
+        if split.group in _entry_points(integration):
+            problems.append(f"{integration.name} declares {split.group}; the emulator's distribution does")
+        requirements = [Requirement(line) for line in _metadata(integration).get_all("Requires-Dist") or []]
+        extra = [r for r in requirements if r.name == f"lightning-accel-{split.emulator}"]
+        if not extra or any(r.marker is None or r.marker.evaluate({"extra": ""}) for r in extra):
             problems.append(
-                f"{emulator.name} does not declare habana_frameworks.torch in lightning_accel.emulated_sdks.hpu"
+                f"{integration.name} must pull lightning-accel-{split.emulator} only through its 'emulator' extra"
             )
-        if "torch.backends" not in entry_points:
+    return problems
+
+
+def _gaudi_start_up_problems(habana: Path | None, emulator: Path | None) -> list[str]:
+    """As the SDK loads at ``import torch`` in eager mode, the Gaudi emulator does, from its own wheel only."""
+    problems = []
+    if emulator is not None:
+        if EMULATOR_AUTOLOAD not in zipfile.ZipFile(emulator).namelist():
+            problems.append(f"{emulator.name} lacks {EMULATOR_AUTOLOAD} (its torch.backends entry point)")
+        if "torch.backends" not in _entry_points(emulator):
             problems.append(f"{emulator.name} declares no torch.backends entry point (the SDK's load at import torch)")
-    if habana is not None:
-        names = zipfile.ZipFile(habana).namelist()
-        if any("habana_emulator" in name or "_emulator/" in name for name in names):
-            problems.append(f"{habana.name} ships emulator files; they belong to lightning-accel-habana-emulator")
-        entry_points = _entry_points(habana)
-        for group in ("lightning_accel.emulated_sdks.hpu", "torch.backends"):
-            if group in entry_points:
-                problems.append(f"{habana.name} declares {group}; the emulator's distribution does")
-        requirements = [Requirement(line) for line in _metadata(habana).get_all("Requires-Dist") or []]
-        emulator_extra = [r for r in requirements if r.name == "lightning-accel-habana-emulator"]
-        if not emulator_extra or any(r.marker is None or r.marker.evaluate({"extra": ""}) for r in emulator_extra):
-            problems.append(
-                f"{habana.name} must pull lightning-accel-habana-emulator only through its 'emulator' extra"
-            )
+    if habana is not None and "torch.backends" in _entry_points(habana):
+        problems.append(f"{habana.name} declares torch.backends; the emulator's distribution does")
     return problems
 
 
@@ -136,9 +166,13 @@ def main(out: Path) -> int:
                 problems.append(f"{core.name} lacks {required} at its root")
         if any(name == "lightning_accel/__init__.py" for name in names):
             problems.append(f"{core.name} ships lightning_accel/__init__.py; the namespace must stay implicit")
+    for split in SPLITS:
+        integration = next((w for w in wheels if w.name.startswith(split.integration_prefix)), None)
+        emulator = next((w for w in wheels if w.name.startswith(split.emulator_prefix)), None)
+        problems.extend(_emulator_problems(split, integration, emulator))
     habana = next((w for w in wheels if w.name.startswith("lightning_accel_habana-")), None)
-    emulator = next((w for w in wheels if w.name.startswith("lightning_accel_habana_emulator-")), None)
-    problems.extend(_emulator_problems(habana, emulator))
+    gaudi_emulator = next((w for w in wheels if w.name.startswith("lightning_accel_habana_emulator-")), None)
+    problems.extend(_gaudi_start_up_problems(habana, gaudi_emulator))
     if habana is not None:
         problems.extend(_ray_extra_problems(habana))
     for wheel in wheels:

@@ -45,8 +45,9 @@ def test_env_json(run) -> None:  # type: ignore[no-untyped-def]
         report["plugins"]
     )
     assert report["emulation"]["emulated"] == "all"
-    # The Gaudi SDK emulator is a distribution of its own, reported for bug reports.
-    assert report["emulators"]["lightning-accel-habana-emulator"] == version("lightning-accel-habana-emulator")
+    # Each SDK emulator is a distribution of its own, reported for bug reports.
+    for emulator in ("lightning-accel-habana-emulator", "lightning-accel-poptorch-emulator"):
+        assert report["emulators"][emulator] == version(emulator)
 
 
 def test_vendor_accelerators_selected_from_a_script_importing_only_lightning(run, tmp_path) -> None:  # type: ignore[no-untyped-def]

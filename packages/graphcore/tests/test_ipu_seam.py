@@ -24,7 +24,7 @@ from lightning_accel.graphcore.availability import availability
 import poptorch
 import poptorch.optim
 state = availability()
-emulator = sys.modules.get("lightning_accel.graphcore._emulator")
+emulator = sys.modules.get("lightning_accel.poptorch_emulator")
 print(json.dumps({
     "import_is_emulator": poptorch is emulator,
     "import_is_seam": poptorch is sdk.poptorch,
@@ -54,6 +54,28 @@ def test_import_poptorch_is_the_emulator_when_emulation_is_on() -> None:
     assert report["import_is_emulator"] and report["import_is_seam"] and report["optim_is_emulator"]
     assert report["availability"] == ["emulated", 8]
     assert (report["ipus"], report["host"]) == (8, "cpu")
+
+
+def test_emulation_without_the_emulator_installed_names_the_extra() -> None:
+    # lightning-accel-graphcore without its [emulator] extra: no distribution declares the name poptorch.
+    code = """
+    import json
+    import _lightning_accel_sdk_aliases as aliases
+    aliases._cache, aliases._read_entry_points = None, lambda tokens: {}
+    from lightning.pytorch import Trainer
+    from lightning_accel.graphcore import sdk
+    from lightning_accel.graphcore.availability import availability
+    state = availability()
+    try:
+        Trainer(accelerator="ipu", devices=1)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    print(json.dumps([state.state, state.reason == sdk.EMULATOR_MISSING, error]))
+    """
+    state, same, error = _run(code, standin=False, LIGHTNING_ACCEL_EMULATE="ipu")
+    assert (state, same) == ("unavailable", True)
+    assert "pip install 'lightning-accel-graphcore[emulator]'" in error, error
+    assert "lightning-accel-poptorch-emulator" in error, error
 
 
 def test_an_explicit_emulation_request_wins_over_an_installed_poptorch() -> None:
@@ -104,7 +126,7 @@ def test_emulation_switched_on_inside_the_process_reaches_import_poptorch() -> N
     print(json.dumps([poptorch is seam, seam.__name__]))
     """
     same, name = _run(code, standin=True)
-    assert same and name == "lightning_accel.graphcore._emulator"
+    assert same and name == "lightning_accel.poptorch_emulator"
 
 
 def test_the_seed_model_parallel_code_runs_unchanged() -> None:

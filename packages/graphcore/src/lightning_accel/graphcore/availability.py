@@ -7,7 +7,7 @@ or Lightning otherwise.
 
 from __future__ import annotations
 
-from lightning_accel.core.emulation import EMULATE_VAR, emulation_settings
+from lightning_accel.core.emulation import EMULATE_VAR, emulation_settings, emulator_installed
 from lightning_accel.core.errors import DeviceUnavailableError
 from lightning_accel.core.plugin import Availability
 
@@ -19,6 +19,8 @@ __all__ = ["availability"]
 def availability() -> Availability:
     """Report ``"emulated"`` (IPU emulation on), ``"hardware"`` (poptorch and IPUs found) or ``"unavailable"``."""
     if sdk.is_emulated():
+        if not emulator_installed(sdk.SDK_PACKAGE):
+            return Availability("unavailable", sdk.EMULATOR_MISSING)
         settings = emulation_settings()
         return Availability(
             "emulated",

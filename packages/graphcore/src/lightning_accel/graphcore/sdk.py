@@ -2,9 +2,10 @@
 
 ``poptorch`` here is the poptorch module to use. Which one answers that name is decided by the environment:
 
-* ``LIGHTNING_ACCEL_EMULATE=ipu`` (or ``all``): the package's emulator, which also answers ``import poptorch``
-  (lightning-accel-core's import aliases, declared in this distribution's entry points), even where poptorch is
-  installed: an explicit request wins, so that emulated runs can be compared with hardware runs on one machine;
+* ``LIGHTNING_ACCEL_EMULATE=ipu`` (or ``all``): the poptorch emulator (lightning-accel-poptorch-emulator, installed
+  by the ``emulator`` extra, which declares the name ``poptorch`` in its entry points; lightning-accel-core's import
+  aliases do the rest; this package never imports the emulator), even where poptorch is installed: an explicit
+  request wins, so that emulated runs can be compared with hardware runs on one machine;
 * otherwise, when poptorch (from the Poplar SDK) is installed: the real poptorch;
 * otherwise: :class:`~lightning_accel.core.DeviceUnavailableError` saying how to install poptorch or turn the
   emulator on.
@@ -34,6 +35,7 @@ from lightning_accel.core.emulation import (
     EMULATE_VAR,
     announce_emulation,
     emulation_settings,
+    emulator_installed,
     follow_emulated_sdk_names,
 )
 from lightning_accel.core.errors import DeviceUnavailableError
@@ -53,7 +55,12 @@ __all__ = [
 
 DEVICE_TYPE = "ipu"
 SDK_PACKAGE = "poptorch"
-_EMULATOR = "lightning_accel.graphcore._emulator"
+EMULATOR_DISTRIBUTION = "lightning-accel-poptorch-emulator"
+EMULATOR_MISSING = (
+    f"{EMULATE_VAR} asks for the poptorch emulator, but it is not installed ({EMULATOR_DISTRIBUTION}, its own "
+    "distribution). Install it with `pip install 'lightning-accel-graphcore[emulator]'`, or on an IPU machine unset "
+    f"{EMULATE_VAR} (or set it to 0) to use the real poptorch."
+)
 _MAX_IPUS = 64
 # What the last poptorch releases (3.3, 3.4) need; see docs/graphcore/ipu.md, "IPU stack".
 _STACK_HINT = (
@@ -80,13 +87,16 @@ def poptorch_module() -> ModuleType:
     """The poptorch module to use: the emulator when IPU emulation is on, else the installed poptorch.
 
     Raises:
-        DeviceUnavailableError: When emulation is off and poptorch is missing or cannot be imported (for example
-            next to another torch than the one it was built for).
+        DeviceUnavailableError: When emulation is on and the emulator is not installed, or when emulation is off and
+            poptorch is missing or cannot be imported (for example next to another torch than the one it was built
+            for).
     """
     follow_emulated_sdk_names()
     if is_emulated():
+        if not emulator_installed(SDK_PACKAGE):
+            raise DeviceUnavailableError(EMULATOR_MISSING)
         announce_emulation(DEVICE_TYPE, SDK_PACKAGE)
-        return importlib.import_module(_EMULATOR)
+        return importlib.import_module(SDK_PACKAGE)
     if not real_poptorch_installed():
         raise DeviceUnavailableError(
             "Graphcore IPUs need poptorch, which is not installed: it ships with the Poplar SDK (see "

@@ -521,13 +521,13 @@ class Options(OptionsDict):
         As poptorch 3.4 does (``_options_config.py``): blank and ``#`` lines are skipped, every other line is
         executed as ``options.<line>`` with ``poptorch`` in scope; a syntax error raises :class:`ConfigFileError`.
         """
-        from lightning_accel.graphcore import _emulator
+        from lightning_accel import poptorch_emulator
 
         with open(filepath, encoding="utf-8") as handle:
             lines = [line.strip() for line in handle]
         code = "\n".join(f"options.{line}" for line in lines if line and not line.startswith("#"))
         try:
-            exec(code, {}, {"poptorch": _emulator, "options": self})
+            exec(code, {}, {"poptorch": poptorch_emulator, "options": self})
         except SyntaxError as err:
             where = f"line {err.lineno} of {os.path.basename(filepath)}"
             raise ConfigFileError(f"{type(err).__name__} at {where}: {err.args[0]}\n> {err.text}") from err

@@ -155,7 +155,7 @@ def main() -> None:
     ).stdout.strip()
     table = {
         "source": f"https://github.com/graphcore/poptorch, tag {args.ref} (commit {commit}), python/",
-        "generator": "packages/graphcore/tests/data/generate_poptorch_api.py",
+        "generator": "packages/poptorch-emulator/tests/data/generate_poptorch_api.py",
         "namespaces": {
             "poptorch": module_names(args.repo, args.ref, "__init__.py"),
             "poptorch.optim": module_names(args.repo, args.ref, "optim.py"),

@@ -1,15 +1,17 @@
 """A software emulator of Graphcore's ``poptorch`` with its observable semantics, in pure PyTorch.
 
-With ``LIGHTNING_ACCEL_EMULATE`` including ``ipu`` it answers ``import poptorch`` (and ``poptorch.optim``) and is
-what :mod:`lightning_accel.graphcore.sdk` hands out, even where the real poptorch is installed: an explicit request
-to emulate wins. It emulates ``LIGHTNING_ACCEL_EMULATED_DEVICES`` IPUs (default 8) on the backing device. It has
-poptorch 3.4's whole public Python API; the names it does not reproduce are listed, with the reason, in
-:mod:`.left_out` and raise ``poptorch.Error`` when used. What it reproduces and where it differs from hardware is
-listed in ``docs/emulator.md``.
+The distribution lightning-accel-poptorch-emulator, installed by ``pip install 'lightning-accel-graphcore[emulator]'``.
+With ``LIGHTNING_ACCEL_EMULATE`` including ``ipu`` it answers ``import poptorch`` (and ``poptorch.optim``): its entry
+point in ``lightning_accel.emulated_sdks.ipu`` declares the name and lightning-accel-core's import aliases do the rest,
+so the Lightning integration (lightning-accel-graphcore) imports ``poptorch`` and never this package. That holds even
+where the real poptorch is installed: an explicit request to emulate wins. It emulates
+``LIGHTNING_ACCEL_EMULATED_DEVICES`` IPUs (default 8) on the backing device. It has poptorch 3.4's whole public Python
+API; the names it does not reproduce are listed, with the reason, in :mod:`.left_out` and raise ``poptorch.Error``
+when used. What it reproduces and where it differs from hardware is listed in ``docs/emulator.md``.
 
 Example:
     >>> import torch
-    >>> from lightning_accel.graphcore import _emulator as poptorch
+    >>> from lightning_accel import poptorch_emulator as poptorch
     >>> opts = poptorch.Options().deviceIterations(2)
     >>> model = poptorch.inferenceModel(torch.nn.Linear(3, 1), opts)
     >>> model(torch.ones(4, 3)).shape

@@ -5,8 +5,9 @@ The table (``data/poptorch_3_4_api.json``) is generated from poptorch's source a
 members of ``Options`` and its sub-option classes, ``PoplarExecutor``, the execution strategies, ``DataLoader``
 and the optimizers, and the members of every enumeration. The emulator must have each name, every function, method
 and class with exactly 3.4's parameter names in 3.4's order, every enumeration member with 3.4's value, and export
-nothing 3.4 lacks; a name it cannot reproduce is listed in ``_emulator/left_out.py`` with the reason, and using it
-raises a ``poptorch.Error`` that names it. The names our own code, examples and docs use must be real ones.
+nothing 3.4 lacks; a name it cannot reproduce is listed in ``lightning_accel/poptorch_emulator/left_out.py`` with
+the reason, and using it raises a ``poptorch.Error`` that names it. The names our own code, examples and docs use must
+be real ones.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from lightning_accel.graphcore import _emulator
-from lightning_accel.graphcore._emulator.left_out import LEFT_OUT
+from lightning_accel import poptorch_emulator as _emulator
+from lightning_accel.poptorch_emulator.left_out import LEFT_OUT
 
 pytestmark = pytest.mark.emulator_only
 
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[3]
 DATA = json.loads((Path(__file__).parent / "data" / "poptorch_3_4_api.json").read_text())
 TABLE: dict[str, dict[str, Any]] = DATA["namespaces"]
 SOURCES = [
-    *(p for p in (ROOT / "packages/graphcore/src").rglob("*.py") if "_emulator" not in p.parts),
+    *(ROOT / "packages/graphcore/src").rglob("*.py"),
     *(ROOT / "examples/graphcore").rglob("*.py"),
     *(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts),
     ROOT / "packages/graphcore/README.md",
