@@ -75,26 +75,95 @@ def test_explicit_devices_and_matching_options_agree(tmp_path: Path) -> None:
     assert trainer.strategy.replication_factor == 2  # type: ignore[attr-defined]
 
 
-def test_explicit_devices_contradicted_by_options_is_an_error(tmp_path: Path) -> None:
-    options = poptorch.Options().replicationFactor(4)
+class RecordStages(Callback):
+    """Each stage's replicas, as its compiled model has them, and the rows of the batches its loader gave."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, set[tuple[int, int]]] = {}
+
+    def _record(self, trainer: Trainer, batch: Any) -> None:
+        stage = trainer.state.stage
+        assert stage is not None
+        executor = trainer.strategy.poptorch_models[stage]  # type: ignore[attr-defined]
+        entry = (int(executor.options.replication_factor), int(batch[0].shape[0]))
+        self.seen.setdefault(stage.value, set()).add(entry)
+
+    def on_train_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, *args: Any) -> None:
+        self._record(trainer, batch)
+
+    def on_validation_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, *args: Any) -> None:
+        self._record(trainer, batch)
+
+    def on_predict_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, *args: Any) -> None:
+        self._record(trainer, batch)
+
+
+def test_training_on_four_replicas_and_validating_on_one_as_poptorch_compiles_each_stage(tmp_path: Path) -> None:
+    # poptorch compiles the training and inference models separately, each with its own options: the archived
+    # integrations trained on N replicas and validated on 1 this way. devices=1 is the replication of the stages
+    # whose options set none; each stage's loader holds batch_size x its own replicas per host call.
+    strategy = IPUStrategy(training_opts=poptorch.Options().replicationFactor(4))
+    assert (strategy.stage_replication_factor(True), strategy.stage_replication_factor(False)) == (4, 4)
+    record = RecordStages()
     trainer = Trainer(
-        accelerator="ipu", devices=2, strategy=IPUStrategy(training_opts=options), default_root_dir=tmp_path, **QUIET
+        accelerator="ipu",
+        devices=1,
+        strategy=strategy,
+        default_root_dir=tmp_path,
+        max_epochs=3,
+        callbacks=[record],
+        **QUIET,
     )
-    with pytest.raises(
-        ConfigurationError, match=r"training_opts.replicationFactor\(4\) contradicts Trainer\(devices=2\)"
-    ):
+    assert (strategy.stage_replication_factor(True), strategy.stage_replication_factor(False)) == (4, 1)
+    model = Linear(rows=64, batch_size=2)
+    told = r"training_opts.replicationFactor\(4\) and Trainer\(devices=1\): the training model runs on 4 replicas"
+    with pytest.warns(UserWarning, match=told):
+        trainer.fit(model)
+    assert record.seen == {"train": {(4, 8)}, "validate": {(1, 2)}}
+    assert trainer.global_step == 3 * 64 // 8
+    assert trainer.callback_metrics["val_acc"] > 0.9  # it learned, and validation ran on the trained weights
+    predictions = trainer.predict(model, DataLoader(blobs(8), batch_size=2))
+    assert record.seen["predict"] == {(1, 2)}
+    assert predictions is not None and [tuple(p.shape) for p in predictions] == [(2, 2)] * 4
+
+
+def test_inference_options_may_set_more_replicas_than_training(tmp_path: Path) -> None:
+    strategy = IPUStrategy(
+        training_opts=poptorch.Options().replicationFactor(2), inference_opts=poptorch.Options().replicationFactor(4)
+    )
+    record = RecordStages()
+    trainer = Trainer(
+        accelerator="ipu", strategy=strategy, default_root_dir=tmp_path, max_epochs=1, callbacks=[record], **QUIET
+    )
+    assert trainer.num_devices == 4  # without devices: the largest factor the options set
+    trainer.fit(Linear(rows=32, batch_size=2))
+    assert record.seen == {"train": {(2, 4)}, "validate": {(4, 8)}}
+
+
+def test_explicit_devices_with_options_that_set_another_factor_says_which_wins(tmp_path: Path) -> None:
+    options = poptorch.Options().replicationFactor(4)
+    record = RecordReplicas()
+    trainer = Trainer(
+        accelerator="ipu",
+        devices=2,
+        strategy=IPUStrategy(training_opts=options),
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        callbacks=[record],
+        **QUIET,
+    )
+    with pytest.warns(UserWarning, match=r"each stage's options decide its replicas; devices is the replication of"):
         trainer.fit(Ordered(rows=16))
+    assert record.seen == [4, 4]
 
 
-def test_training_and_inference_options_that_disagree_are_an_error() -> None:
-    training = poptorch.Options().replicationFactor(2)
-    inference = poptorch.Options().replicationFactor(1)
+def test_a_stage_factor_over_the_ipus_of_the_system_is_refused_naming_its_options(tmp_path: Path) -> None:
+    strategy = IPUStrategy(inference_opts=poptorch.Options().replicationFactor(16))
+    trainer = Trainer(accelerator="ipu", devices=2, strategy=strategy, default_root_dir=tmp_path, **QUIET)
     with pytest.raises(
-        ConfigurationError,
-        match=r"training_opts=\.\.\. \.replicationFactor\(2\), inference_opts=\.\.\. \.replicationFactor\(1\)\): the "
-        r"two options contradict each other",
+        ConfigurationError, match=r"inference_opts.replicationFactor\(16\), but only 8 IPU\(s\) can be reserved"
     ):
-        IPUStrategy(training_opts=training, inference_opts=inference)
+        trainer.validate(Linear(rows=16))
 
 
 def test_options_asking_for_more_replicas_than_ipus_is_an_error() -> None:

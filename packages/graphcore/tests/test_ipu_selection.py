@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.accelerators import AcceleratorRegistry
@@ -46,6 +48,16 @@ class TestIPUConformance(AcceleratorConformance):
     single_strategy = "ipu_strategy"
     parallel_strategy = "ipu_strategy"
     memory_stat = None  # poptorch reports no IPU memory to the host; get_device_stats gives the IPUs available
+
+
+@pytest.mark.emulator_only  # the session's IPUs are the emulated ones: available whatever the machine has
+def test_choosing_the_cpu_while_ipus_are_available_warns_as_lightning_does_for_an_unused_gpu(tmp_path: Path) -> None:
+    unused = r"^IPU available but not used\. You can set it by doing `Trainer\(accelerator='ipu'\)`\.$"
+    with pytest.warns(UserWarning, match=unused):
+        Trainer(accelerator="cpu", devices=1, default_root_dir=tmp_path, logger=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="IPU available but not used")
+        Trainer(accelerator="ipu", devices=1, default_root_dir=tmp_path, logger=False)
 
 
 def test_ipu_accelerator_and_strategy_are_registered() -> None:

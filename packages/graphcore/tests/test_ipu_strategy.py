@@ -16,7 +16,6 @@ from torch.utils.data import DataLoader
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.core.pycompat import strict_zip
 from lightning_accel.graphcore import IPUAccelerator, IPUPrecision, IPUStrategy
-from lightning_accel.graphcore.sdk import poptorch
 
 
 def make_trainer(tmp_path: Path, devices: int = 1, strategy: IPUStrategy | None = None, **kwargs: Any) -> Trainer:
@@ -257,15 +256,6 @@ def test_16_true_converts_the_model(tmp_path: Path) -> None:
 def test_unsupported_precision_is_refused(tmp_path: Path, precision: str) -> None:
     with pytest.raises(ConfigurationError, match=f"precision='{precision}' is not supported on IPUs"):
         make_trainer(tmp_path, precision=precision)
-
-
-def test_contradicting_options_are_refused(tmp_path: Path) -> None:
-    options = poptorch.Options().replicationFactor(4)
-    trainer = make_trainer(tmp_path, devices=2, strategy=IPUStrategy(training_opts=options))
-    with pytest.raises(
-        ConfigurationError, match=r"training_opts.replicationFactor\(4\) contradicts Trainer\(devices=2\)"
-    ):
-        trainer.fit(Linear())
 
 
 @pytest.mark.parametrize(

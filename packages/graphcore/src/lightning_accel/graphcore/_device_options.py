@@ -28,23 +28,20 @@ def resolve_options(
 ) -> Any:
     """A fresh ``poptorch.Options`` for one stage: the user's (cloned) with the Trainer's settings filled in.
 
-    A value the user left at its default takes the Trainer's; a value the user set that contradicts the Trainer is
-    an error rather than a silent choice. With replicas, buffers are not broadcast (``broadcastBuffers(False)``):
-    poptorch compiles a model that writes its buffers (BatchNorm) with replicas only then.
+    A value the user left at its default takes the Trainer's (``replicas``: the stage's replication factor, which
+    the strategy takes from these options when they set one); a device iteration or accumulation the user set that
+    contradicts the Trainer is an error rather than a silent choice. With replicas, buffers are not broadcast
+    (``broadcastBuffers(False)``): poptorch compiles a model that writes its buffers (BatchNorm) with replicas only
+    then.
 
     Raises:
-        ConfigurationError: When the user's options contradict ``devices``, ``device_iterations`` or
+        ConfigurationError: When the user's options contradict ``device_iterations`` or
             ``accumulate_grad_batches``.
     """
     opts = user.clone() if user is not None else poptorch.Options()
     if opts.replication_factor == 1:
+        # The stage's replicas (_replication.py): a factor the options set is theirs already.
         opts.replicationFactor(replicas)
-    elif opts.replication_factor != replicas:
-        raise ConfigurationError(
-            f"{argument}.replicationFactor({opts.replication_factor}) contradicts Trainer(devices={replicas}): with "
-            f"IPUs, devices is the number of replicas. Pass devices={opts.replication_factor} or leave the "
-            "replication factor of the options at its default."
-        )
     if device_iterations != 1:
         if opts.device_iterations == 1:
             opts.deviceIterations(device_iterations)

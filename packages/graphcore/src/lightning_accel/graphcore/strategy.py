@@ -27,7 +27,7 @@ from ._dataloaders import to_poptorch_loader
 from ._device_options import device_optimizer, resolve_options, sync_hyperparameters
 from ._host_optimizer import install_parameterless_zero_grad, remove_parameterless_zero_grad
 from ._optimizer_checks import check_every_weight_is_optimized, hyperparameters, refused_change_message
-from ._replication import AutoDevices, replication_from_options, trim_automatic_devices
+from ._replication import AutoDevices, check_reservable, replication_from_options, trim_automatic_devices
 from ._step_module import StepModule, metric_states_kept_on_host
 from .accelerator import IPUAccelerator
 from .precision import IPUPrecision, normalize_precision
@@ -172,6 +172,9 @@ class IPUStrategy(ParallelStrategy):
         self._accumulation = 1
         self._scheduled_accumulation = False
         self._trainer: Trainer | None = None
+        # The Trainer of any run (fit, validate, test, predict) from setup to teardown: its stage picks the replicas.
+        self._running_trainer: Trainer | None = None
+        self._told: set[bool] = set()  # the stages whose replicas override devices, said once
 
     # -- registry ----------------------------------------------------------------------------------------------
 
@@ -195,15 +198,33 @@ class IPUStrategy(ParallelStrategy):
 
     @property
     def replication_factor(self) -> int:
-        """Number of data-parallel replicas: ``Trainer(devices=...)``, else the user's options' replication factor.
+        """Number of data-parallel replicas of the running stage (of training while none runs).
 
-        Known before the strategy is attached to a Trainer (from the options passed to it).
+        Each stage runs on its own options' replication factor, else on ``Trainer(devices=...)`` (see
+        :meth:`stage_replication_factor`). Known before the strategy is attached to a Trainer.
         """
-        if self.parallel_devices and not self._automatic_devices:
+        trainer = self._running_trainer
+        stage = trainer.state.stage if trainer is not None else None
+        return self.stage_replication_factor(training=stage in (None, RunningStage.TRAINING))
+
+    def stage_replication_factor(self, training: bool) -> int:
+        """The replicas of the training model (``training=True``) or of the inference models.
+
+        The factor the stage's options set (``training_opts`` or ``inference_opts``), else ``Trainer(devices=N)``;
+        without ``devices``, the largest factor the options set, else every IPU Lightning found.
+
+        Example:
+            >>> import poptorch
+            >>> strategy = IPUStrategy(training_opts=poptorch.Options().replicationFactor(4))
+            >>> strategy.stage_replication_factor(training=True), strategy.stage_replication_factor(training=False)
+            (4, 4)
+        """
+        own = self._options_replicas[training]
+        if own is not None:
+            return own
+        if self.parallel_devices:
             return len(self.parallel_devices)
-        if self._options_replicas is not None:
-            return self._options_replicas
-        return len(self.parallel_devices) if self.parallel_devices else 1
+        return max((factor for factor in self._options_replicas.values() if factor is not None), default=1)
 
     @property
     @override
@@ -214,8 +235,11 @@ class IPUStrategy(ParallelStrategy):
     def parallel_devices(self, parallel_devices: list[torch.device] | None) -> None:
         # Lightning chose these devices itself (devices not given): the options' replication factor decides.
         self._automatic_devices = isinstance(parallel_devices, AutoDevices)
-        if parallel_devices is not None and self._automatic_devices and self._options_replicas is not None:
-            parallel_devices = AutoDevices(trim_automatic_devices(parallel_devices, self._options_replicas))
+        explicit = {factor: training for training, factor in self._options_replicas.items() if factor is not None}
+        if parallel_devices is not None and self._automatic_devices and explicit:
+            largest = max(explicit)
+            argument = "training_opts" if explicit[largest] else "inference_opts"
+            parallel_devices = AutoDevices(trim_automatic_devices(parallel_devices, largest, argument))
         self._parallel_devices = parallel_devices
 
     @property
@@ -340,6 +364,27 @@ class IPUStrategy(ParallelStrategy):
             )
         return int(factors.pop())
 
+    def _stage_replicas(self, training: bool) -> int:
+        """The stage's replication factor, checked against the IPUs; a ``devices`` it overrides is said once."""
+        replicas = self.stage_replication_factor(training)
+        own = self._options_replicas[training]
+        if own is None:
+            return replicas
+        argument = "training_opts" if training else "inference_opts"
+        check_reservable(own, sdk.available_ipus(), argument)
+        devices = len(self.parallel_devices or ())
+        trainer = self._running_trainer
+        used = not training or (trainer is not None and trainer.state.fn == TrainerFn.FITTING)
+        if devices and not self._automatic_devices and own != devices and used and training not in self._told:
+            self._told.add(training)
+            models = "the training model runs" if training else "the inference models (validation, test, predict) run"
+            rank_zero_warn(
+                f"{argument}.replicationFactor({own}) and Trainer(devices={devices}): {models} on {own} replicas, "
+                "as the options say (each stage's options decide its replicas; devices is the replication of the "
+                "stages whose options set none)."
+            )
+        return replicas
+
     def _options(self, trainer: Trainer, training: bool) -> Any:
         if training not in self._resolved_opts:
             seed = os.environ.get("PL_GLOBAL_SEED")
@@ -348,7 +393,7 @@ class IPUStrategy(ParallelStrategy):
                 self._poptorch,
                 argument="training_opts" if training else "inference_opts",
                 training=training,
-                replicas=self.replication_factor,
+                replicas=self._stage_replicas(training),
                 device_iterations=self.device_iterations,
                 accumulation=self._accumulation if training else 1,
                 seed=int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
@@ -381,6 +426,7 @@ class IPUStrategy(ParallelStrategy):
             self._accumulation = self._compiled_accumulation(trainer)
             self._trainer = trainer
             trainer.accumulate_grad_batches = 1
+        self._running_trainer = trainer
         self._resolved_opts.clear()
         self._options(trainer, training=True)
         self._options(trainer, training=False)
@@ -829,6 +875,7 @@ class IPUStrategy(ParallelStrategy):
 
     @override
     def teardown(self) -> None:
+        self._running_trainer = None
         if self._trainer is not None:
             self._trainer.accumulate_grad_batches = self._accumulation
             self._trainer = None
