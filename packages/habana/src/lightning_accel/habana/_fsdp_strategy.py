@@ -14,10 +14,10 @@ import torch
 
 from ._devices import parallel_root_device
 from ._from_lightning import rebuild_fsdp
-from ._fsdp import build_device_mesh, fsdp_device, hpu_precision_plugin, refuse_lazy_mode
-from ._hccl_strategy import HCCLStrategyMixin
+from ._fsdp import build_device_mesh, check_state_dict_type, fsdp_device, hpu_precision_plugin, refuse_lazy_mode
+from ._hccl_strategy import HCCLStrategyMixin, lightning_arguments
 
-__all__ = ["FSDPOnHPUs"]
+__all__ = ["FSDPOnHPUs", "hpu_fsdp_precision"]
 
 _Strategy = TypeVar("_Strategy")
 
@@ -53,6 +53,16 @@ class FSDPOnHPUs(HCCLStrategyMixin):
                 refuses.
         """
         return rebuild_fsdp(cls, strategy, cls._precision_argument)  # type: ignore[attr-defined]
+
+    def _init_on_hpus(self, constructor_locals: dict[str, Any]) -> None:
+        """Lightning's ``FSDPStrategy.__init__`` with the twin's arguments (its ``locals()``), checked for HPUs.
+
+        Raises:
+            ValueError: For a ``state_dict_type`` other than ``"full"`` or ``"sharded"``.
+        """
+        check_state_dict_type(constructor_locals["state_dict_type"])
+        super().__init__(**lightning_arguments(constructor_locals))
+        self._full = constructor_locals["state_dict_type"] == "full"
 
     @property
     def root_device(self) -> torch.device:
@@ -94,3 +104,19 @@ class FSDPOnHPUs(HCCLStrategyMixin):
     def register_strategies(cls, strategy_registry: Any) -> None:
         """Register ``"hpu_fsdp"`` (the core does this from the plugin spec)."""
         strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)
+
+
+def hpu_fsdp_precision(slot: str) -> Any:
+    """The tree's precision property (``precision_plugin`` / ``precision``), kept in Lightning's ``slot``.
+
+    Reads give a float32 ``HPUFSDPPrecision`` until a plugin is set; a set plugin becomes the tree's
+    ``HPUFSDPPrecision`` (Lightning's FSDP plugin converted) or the error saying what is accepted.
+    """
+
+    def get(self: FSDPOnHPUs) -> Any:
+        return self._plugin_or_default(getattr(self, slot))
+
+    def set_(self: FSDPOnHPUs, plugin: Any) -> None:
+        setattr(self, slot, None if plugin is None else self._hpu_plugin(plugin))
+
+    return property(get, set_, doc="The precision plugin; a float32 HPUFSDPPrecision until one is set.")

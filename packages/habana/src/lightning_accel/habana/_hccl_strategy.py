@@ -37,7 +37,24 @@ from ._collectives import all_reduce
 from ._devices import parallel_root_device
 from ._distributed_env import HCCLEnvironment, forget_sdk_rendezvous_defaults
 
-__all__ = ["HCCLStrategyMixin"]
+__all__ = ["HCCLStrategyMixin", "lightning_arguments"]
+
+
+def lightning_arguments(constructor_locals: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments for Lightning's constructor, from ``locals()`` at the top of an HPU strategy's own.
+
+    Each HPU strategy repeats its Lightning class's typed signature, so that LightningCLI, jsonargparse and IDEs see
+    every argument; this hands them all on, with the extra ``**kwargs`` spread and the SDK's backend ("hccl") where
+    ``process_group_backend`` is None.
+
+    Example:
+        >>> lightning_arguments({"self": None, "timeout": None, "process_group_backend": None, "kwargs": {"x": 1}})
+        {'timeout': None, 'process_group_backend': 'hccl', 'x': 1}
+    """
+    arguments = {k: v for k, v in constructor_locals.items() if k not in ("self", "__class__", "kwargs")}
+    if "process_group_backend" in arguments:
+        arguments["process_group_backend"] = arguments["process_group_backend"] or sdk.distributed_backend()
+    return {**arguments, **constructor_locals.get("kwargs", {})}
 
 
 class HCCLStrategyMixin(RequiresHPUAccelerator):

@@ -16,12 +16,10 @@ from typing_extensions import override
 
 from lightning_accel.core.checkpoint_swap import StagedFabricCheckpoints
 
-from .. import sdk
 from .._fsdp import (
-    check_state_dict_type,
     full_state_dict_context,
 )
-from .._fsdp_strategy import FSDPOnHPUs
+from .._fsdp_strategy import FSDPOnHPUs, hpu_fsdp_precision
 from ..checkpoint_io import HPUCheckpointIO
 from .fsdp_precision import HPUFSDPPrecision
 
@@ -62,6 +60,7 @@ class HPUFSDPStrategy(StagedFabricCheckpoints, FSDPOnHPUs, FSDPStrategy):
 
     _precision_argument = "precision"
     _plugin_classes = (HPUFSDPPrecision, FSDPPrecision, Precision)
+    precision = hpu_fsdp_precision("_precision")
 
     def __init__(
         self,
@@ -81,37 +80,7 @@ class HPUFSDPStrategy(StagedFabricCheckpoints, FSDPOnHPUs, FSDPStrategy):
         device_mesh: tuple[int, int] | DeviceMesh | None = None,
         **kwargs: Any,
     ) -> None:
-        check_state_dict_type(state_dict_type)
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            precision=precision,
-            process_group_backend=process_group_backend or sdk.distributed_backend(),
-            timeout=timeout,
-            cpu_offload=cpu_offload,
-            mixed_precision=mixed_precision,
-            auto_wrap_policy=auto_wrap_policy,
-            activation_checkpointing=activation_checkpointing,
-            activation_checkpointing_policy=activation_checkpointing_policy,
-            sharding_strategy=sharding_strategy,  # type: ignore[arg-type]
-            state_dict_type=state_dict_type,
-            device_mesh=device_mesh,
-            **kwargs,
-        )
-        self._full = state_dict_type == "full"
-
-    @property
-    @override
-    def precision(self) -> HPUFSDPPrecision:
-        """The precision plugin; a float32 :class:`HPUFSDPPrecision` until one is set."""
-        plugin: HPUFSDPPrecision = self._plugin_or_default(self._precision)
-        return plugin
-
-    @precision.setter
-    @override
-    def precision(self, precision: Precision | None) -> None:
-        self._precision = None if precision is None else self._hpu_plugin(precision)
+        self._init_on_hpus(locals())
 
     def _join_process_group(self) -> dict[str, Any]:
         self._setup_distributed()

@@ -10,11 +10,10 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from typing_extensions import override
 
-from .. import sdk
 from .._accelerator_check import RequiresHPUAccelerator
 from .._devices import RootDevice
 from .._from_lightning import lightning_ddp_arguments
-from .._hccl_strategy import HCCLStrategyMixin
+from .._hccl_strategy import HCCLStrategyMixin, lightning_arguments
 from .._lazy import MarkStepAfterUpdates
 from .._strategy_defaults import HPUCheckpointIODefault
 from .precision import HPUPrecision
@@ -109,17 +108,7 @@ class HPUParallelStrategy(
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision=precision,
-            process_group_backend=process_group_backend or sdk.distributed_backend(),
-            timeout=timeout,
-            start_method=start_method,
-            **kwargs,
-        )
+        super().__init__(**lightning_arguments(locals()))
 
     @classmethod
     def from_lightning_strategy(cls, strategy: DDPStrategy) -> HPUParallelStrategy:

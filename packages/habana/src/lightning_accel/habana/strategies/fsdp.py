@@ -16,12 +16,10 @@ from typing_extensions import override
 
 from lightning_accel.core.checkpoint_swap import StagedCheckpoints
 
-from .. import sdk
 from .._fsdp import (
-    check_state_dict_type,
     full_state_dict_context,
 )
-from .._fsdp_strategy import FSDPOnHPUs
+from .._fsdp_strategy import FSDPOnHPUs, hpu_fsdp_precision
 from .._strategy_defaults import HPUCheckpointIODefault
 from ..fsdp_precision import HPUFSDPPrecision
 
@@ -87,6 +85,7 @@ class HPUFSDPStrategy(StagedCheckpoints, FSDPOnHPUs, HPUCheckpointIODefault, FSD
 
     _precision_argument = "precision_plugin"
     _plugin_classes = (HPUFSDPPrecision, FSDPPrecision, Precision)
+    precision_plugin = hpu_fsdp_precision("_precision_plugin")
     # Its own list: Lightning refuses names in FSDPStrategy's list unless the accelerator is CUDA.
     _registered_strategies: list[str] = []  # noqa: RUF012
 
@@ -109,38 +108,7 @@ class HPUFSDPStrategy(StagedCheckpoints, FSDPOnHPUs, HPUCheckpointIODefault, FSD
         device_mesh: tuple[int, int] | DeviceMesh | None = None,
         **kwargs: Any,
     ) -> None:
-        check_state_dict_type(state_dict_type)
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            process_group_backend=process_group_backend or sdk.distributed_backend(),
-            timeout=timeout,
-            cpu_offload=cpu_offload,
-            mixed_precision=mixed_precision,
-            auto_wrap_policy=auto_wrap_policy,
-            activation_checkpointing=activation_checkpointing,
-            activation_checkpointing_policy=activation_checkpointing_policy,
-            sharding_strategy=sharding_strategy,  # type: ignore[arg-type]
-            state_dict_type=state_dict_type,
-            device_mesh=device_mesh,
-            **kwargs,
-        )
-        self._full = state_dict_type == "full"
-
-    @property
-    @override
-    def precision_plugin(self) -> HPUFSDPPrecision:
-        """The precision plugin; a float32 :class:`HPUFSDPPrecision` until one is set."""
-        plugin: HPUFSDPPrecision = self._plugin_or_default(self._precision_plugin)
-        return plugin
-
-    @precision_plugin.setter
-    @override
-    def precision_plugin(self, precision_plugin: Precision | None) -> None:
-        self._precision_plugin = None if precision_plugin is None else self._hpu_plugin(precision_plugin)
+        self._init_on_hpus(locals())
 
     def _join_process_group(self) -> dict[str, Any]:
         self.setup_distributed()

@@ -14,9 +14,8 @@ from typing_extensions import override
 
 from lightning_accel.core.compat import register_ddp_comm_hook
 
-from .. import sdk
 from .._from_lightning import lightning_ddp_arguments
-from .._hccl_strategy import HCCLStrategyMixin
+from .._hccl_strategy import HCCLStrategyMixin, lightning_arguments
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from .._strategy_defaults import HPUCheckpointIODefault
 from ._precision import HPUPrecisionSetter
@@ -90,21 +89,7 @@ class HPUParallelStrategy(
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            ddp_comm_state=ddp_comm_state,
-            ddp_comm_hook=ddp_comm_hook,
-            ddp_comm_wrapper=ddp_comm_wrapper,
-            model_averaging_period=model_averaging_period,
-            process_group_backend=process_group_backend or sdk.distributed_backend(),
-            timeout=timeout,
-            start_method=start_method,
-            **kwargs,
-        )
+        super().__init__(**lightning_arguments(locals()))
 
     @classmethod
     def from_lightning_strategy(cls, strategy: DDPStrategy) -> HPUParallelStrategy:
