@@ -1,9 +1,11 @@
 """The HPU part of Lightning's ``FSDPStrategy``, written once for the Trainer's and Fabric's ``HPUFSDPStrategy``.
 
 As ``lightning.pytorch.strategies.fsdp`` reuses the helpers of ``lightning.fabric.strategies.fsdp``, the two HPU
-classes share this mixin and keep only what their trees name differently: the constructor's signature (Lightning's
-own, per tree), the precision attribute (``precision_plugin`` / ``precision``), how the process group is joined and
-where FSDP's keyword arguments are kept. Lightning-free: each tree's names are given by the class that uses it.
+classes share this mixin and keep only what their trees name differently: the constructor's typed signature
+(Lightning's own, per tree, which LightningCLI reads; its body is ``self._init_on_hpus(locals())``), the name of the
+precision attribute (``precision_plugin`` / ``precision``, made by :func:`hpu_fsdp_precision`), how the process group
+is joined and where FSDP's keyword arguments are kept. Lightning-free: each tree's names are given by the class that
+uses it.
 """
 
 from __future__ import annotations
