@@ -98,7 +98,8 @@ OURS = {
     "_trainer": "IPUStrategy's own attribute (LightningModule._trainer, read by deepspeed-hpu, is declared)",
     "_unwrap": "a helper function of lightning_accel.habana.graphs",
 }
-SKIPPED_DIRS = {"_emulator", "habana_emulator", "testing", "twins"}
+# The SDK emulators (they stand in for the SDKs and use no Lightning), the core's test kit, the generated twins.
+SKIPPED_DIRS = {"habana_emulator", "poptorch_emulator", "testing", "twins"}
 
 
 def _lightning_private_names() -> set[str]:
