@@ -160,9 +160,8 @@ def main() -> None:
         )
     lines += [
         "",
-        "Not measured yet: `Trainer.fit` and `hpu_backend` on this device. The emulated SDK and the Lightning "
-        "integration run on it; the figures of `hpu_device.md` and `hpu_overhead.md` were measured on the Python "
-        "wrapper device they ran on before, and are to be measured again.",
+        "`Trainer.fit` and `hpu_backend` on this device, with the emulated SDK and the Lightning integration on top: "
+        "`hpu_device.md` and `hpu_overhead.md`.",
         "",
     ]
     (RESULTS / "hpu_native_device.md").write_text("\n".join(lines))
