@@ -239,7 +239,11 @@ class CausalLM(LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
 
-@pytest.mark.parametrize(("family", "regions"), [("gpt2", True), ("llama", False)], ids=["gpt2-regions", "llama-whole"])
+@pytest.mark.parametrize(
+    ("family", "regions"),
+    [("gpt2", True), ("gpt2", False), ("llama", False)],
+    ids=["gpt2-regions", "gpt2-whole", "llama-whole"],
+)
 def test_transformers_models_compiled_train_like_eager(eager_mode: None, family: str, regions: bool) -> None:
     def fit(*callbacks: Callback) -> list[float]:
         torch._dynamo.reset()
@@ -320,14 +324,15 @@ def test_lightning_cli_takes_hpu_compile_as_a_callback_with_its_arguments(tmp_pa
     )
 
 
-def test_fabric_trains_a_regionally_compiled_llama_like_eager(eager_mode: None) -> None:
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_fabric_trains_a_regionally_compiled_transformer_like_eager(eager_mode: None, family: str) -> None:
     def run(regional: bool) -> list[float]:
         torch._dynamo.reset()
         fabric = Fabric(accelerator="hpu", devices=1, precision="bf16-mixed")
-        model = CausalLM("llama")
+        model = CausalLM(family)
         if regional:
             blocks = compile_regions(model)
-            assert len(blocks) == 2  # the two decoder layers
+            assert len(blocks) == 2  # the two decoder layers (GPT-2's blocks)
         optimizer = model.configure_optimizers()
         model, optimizer = fabric.setup(model, optimizer)
         losses = []
