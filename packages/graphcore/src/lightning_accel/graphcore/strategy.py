@@ -235,10 +235,10 @@ class IPUStrategy(ParallelStrategy):
     def parallel_devices(self, parallel_devices: list[torch.device] | None) -> None:
         # Lightning chose these devices itself (devices not given): the options' replication factor decides.
         self._automatic_devices = isinstance(parallel_devices, AutoDevices)
-        explicit = {factor: training for training, factor in self._options_replicas.items() if factor is not None}
+        explicit = [(factor, training) for training, factor in self._options_replicas.items() if factor is not None]
         if parallel_devices is not None and self._automatic_devices and explicit:
-            largest = max(explicit)
-            argument = "training_opts" if explicit[largest] else "inference_opts"
+            largest, training = max(explicit)
+            argument = "training_opts" if training else "inference_opts"
             parallel_devices = AutoDevices(trim_automatic_devices(parallel_devices, largest, argument))
         self._parallel_devices = parallel_devices
 
@@ -366,10 +366,9 @@ class IPUStrategy(ParallelStrategy):
 
     def _stage_replicas(self, training: bool) -> int:
         """The stage's replication factor, checked against the IPUs; a ``devices`` it overrides is said once."""
-        replicas = self.stage_replication_factor(training)
         own = self._options_replicas[training]
         if own is None:
-            return replicas
+            return self.stage_replication_factor(training)
         argument = "training_opts" if training else "inference_opts"
         check_reservable(own, sdk.available_ipus(), argument)
         devices = len(self.parallel_devices or ())
@@ -383,7 +382,7 @@ class IPUStrategy(ParallelStrategy):
                 "as the options say (each stage's options decide its replicas; devices is the replication of the "
                 "stages whose options set none)."
             )
-        return replicas
+        return own
 
     def _options(self, trainer: Trainer, training: bool) -> Any:
         if training not in self._resolved_opts:

@@ -16,9 +16,7 @@ from typing_extensions import override
 
 from lightning_accel.core.checkpoint_swap import StagedCheckpoints
 
-from .._fsdp import (
-    full_state_dict_context,
-)
+from .._fsdp import full_state_dict_context
 from .._fsdp_strategy import FSDPOnHPUs, hpu_fsdp_precision
 from .._strategy_defaults import HPUCheckpointIODefault
 from ..fsdp_precision import HPUFSDPPrecision
