@@ -9,11 +9,13 @@ compile tests do (loading the ``"hpu"`` device and Inductor's state cannot be un
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 from _child_pytest import isolated_in_child
+from _emulator_helpers import PYTHON, script_env
 
 pytestmark = pytest.mark.emulator_only
 
@@ -108,7 +110,7 @@ def test_an_hpu_graph_capture_counts_one_compilation(lazy_mode: None) -> None:
 
 @isolated
 def test_metrics_dump_writes_the_sdks_json_and_text(tmp_path: Path) -> None:
-    from lightning_accel.habana_emulator.hpu.metrics import metrics_dump
+    from lightning_accel.habana_emulator.hpu.metrics import metric_global, metrics_dump
     from lightning_accel.habana_emulator.hpu.metrics.saver import MetricDumpFormat
 
     metrics_dump(str(tmp_path / "m.json"))
@@ -117,7 +119,7 @@ def test_metrics_dump_writes_the_sdks_json_and_text(tmp_path: Path) -> None:
     assert [entry["metric_name"] for entry in dumped] == ["graph_compilation", "cpu_fallback", "memory_defragmentation"]
     assert dumped[0]["triggered_by"] == "user"
     assert set(dumped[0]["statistics"]) == {"TotalNumber", "TotalTime", "AvgTime"}
-    assert json.loads((tmp_path / "m.json.1").read_text())[1]["statistics"] == {"TotalNumber": 0, "FallbackOps": {}}
+    assert json.loads((tmp_path / "m.json.1").read_text())[1]["statistics"] == _stats(metric_global("cpu_fallback"))
     metrics_dump(str(tmp_path / "m.txt"), MetricDumpFormat.text)
     text = (tmp_path / "m.txt").read_text()
     # The trigger is formatted by f-string, as on the SDK: "MetricDumpTrigger.user" or "user" by Python version.
@@ -172,3 +174,82 @@ def test_detect_recompilation_reports_the_module_that_recompiles_on_a_new_shape(
     ]
     assert sorted((tmp_path / "out_2.csv").read_text().splitlines()[1:]) == ["Net,2", "Net/body,2"]
     assert "Recompile count" in capsys.readouterr().out  # the printed table
+
+
+def _fallbacks() -> dict[str, object]:
+    from lightning_accel.habana_emulator.hpu.metrics import metric_global
+
+    return _stats(metric_global("cpu_fallback"))
+
+
+@isolated
+def test_operators_without_a_gaudi_kernel_count_as_cpu_fallbacks_by_name(eager_mode: None) -> None:
+    from lightning_accel.habana_emulator.hpu.metrics import metric_localcontext
+
+    x = torch.tensor([1, 2, 2, 5], device="hpu")
+    with metric_localcontext("cpu_fallback") as local:
+        # Gaudi has kernels for these (the bridge's ops.hpu) or torch decomposes them above the HPU key: not counted.
+        y = torch.stack([x, x]).float() * 2 + torch.zeros_like(x)
+        torch.nn.functional.linear(y, torch.ones(3, 4, device="hpu")).sum()
+        assert _stats(local) == {"TotalNumber": 0, "FallbackOps": {}}
+        # No HPU kernel on Gaudi: each call runs through the SDK's CPU fallback and is counted by its name.
+        counts = torch.bincount(x)
+        torch.bincount(x)
+        torch.histc(y, bins=4)
+    assert torch.equal(counts.cpu(), torch.tensor([0, 1, 2, 0, 0, 1]))
+    assert _stats(local) == {"TotalNumber": 3, "FallbackOps": {"aten::bincount": 2, "aten::histc": 1}}
+    assert _fallbacks()["FallbackOps"]["aten::bincount"] >= 2  # type: ignore[index]
+
+
+@isolated
+def test_a_cpu_fallback_inside_an_hpu_graph_capture_is_refused_as_on_gaudi(lazy_mode: None) -> None:
+    from lightning_accel.habana_emulator.hpu import graphs
+    from lightning_accel.habana_emulator.hpu.metrics import metric_localcontext
+
+    x = torch.tensor([1, 2, 2, 5], device="hpu")
+    with metric_localcontext("cpu_fallback") as local:
+        with pytest.raises(RuntimeError, match=r"^cpu fallback is not supported during hpu graph capturing"):
+            with graphs.graph(graphs.HPUGraph()):
+                torch.bincount(x)
+        assert not graphs.is_current_stream_capturing()
+        # The bridge counts the operator before it refuses it (hpu_ops/cpu_fallback.cpp:93-105).
+        assert _stats(local) == {"TotalNumber": 1, "FallbackOps": {"aten::bincount": 1}}
+        g = graphs.HPUGraph()
+        with graphs.graph(g):  # operators with Gaudi kernels capture as before
+            y = x * 2
+        g.replay()
+    assert torch.equal(y.cpu(), torch.tensor([2, 4, 4, 10]))
+
+
+_PLACE_ON_CPU_SCRIPT = """
+import torch
+import habana_frameworks.torch.core
+x = torch.tensor([1.0, 2.0, 2.0, 5.0], device="hpu")
+for name, call in (("histc", lambda: torch.histc(x, bins=4)), ("bincount", lambda: torch.bincount(x.long()))):
+    try:
+        call()
+        print(name, "ran")
+    except RuntimeError as error:
+        print(name, "refused:", str(error).splitlines()[0])
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("aten::histc", ["histc ran", "bincount refused: aten::bincount is not yet supported on HPU."]),
+        (
+            "none",
+            [
+                "histc refused: aten::histc is not yet supported on HPU.",
+                "bincount refused: aten::bincount is not yet supported on HPU.",
+            ],
+        ),
+        ("", ["histc ran", "bincount ran"]),
+    ],
+)
+def test_pt_hpu_place_on_cpu_allows_only_the_named_fallbacks(value: str, expected: list[str]) -> None:
+    env = script_env(LIGHTNING_ACCEL_EMULATE="hpu", PT_HPU_PLACE_ON_CPU=value, PT_HPU_LAZY_MODE="0")
+    done = subprocess.run([PYTHON, "-c", _PLACE_ON_CPU_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == expected

@@ -79,7 +79,7 @@ def test_the_trainer_logs_compilations_and_a_shape_change_shows_a_recompilation_
     assert compilations[0] >= 1 and compilations[1] == 0 and compilations[2] >= 1  # the 8-row batch recompiles
     assert [float(row["compile/recompilations"]) for row in steps] == [0, 0, 1]
     assert float(steps[-1]["compile/graph_compilations_total"]) == sum(compilations)
-    assert [float(row["compile/cpu_fallbacks"]) for row in steps] == [0, 0, 0]  # none on the emulator
+    assert [float(row["compile/cpu_fallbacks"]) for row in steps] == [0, 0, 0]  # Gaudi has kernels for each operator
 
     (recompilation,) = metrics.recompilations
     assert recompilation.step == 2
@@ -112,6 +112,49 @@ def test_no_warning_when_compiling_stops_after_warm_up(tmp_path: Path) -> None:
         warnings.simplefilter("always")
         _fit(tmp_path, HPUCompileMetrics(warmup_steps=1, patience=2), _loader(rows=64), epochs=2)
     assert not [w for w in caught if "keeps happening" in str(w.message)]
+
+
+class ClassBalanced(LightningModule):
+    """Weights each class by its inverse frequency in the batch: ``torch.bincount`` has no Gaudi kernel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(8, 3)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        weight = 1.0 / torch.bincount(y, minlength=3).clamp(min=1).float()
+        return F.cross_entropy(self.net(x), y, weight=weight)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_an_operator_without_a_gaudi_kernel_is_logged_as_a_cpu_fallback_each_step(tmp_path: Path) -> None:
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(2))
+    loader = DataLoader(TensorDataset(x, torch.arange(64) % 3), batch_size=16)
+    logger = CSVLogger(tmp_path, name="run", version=0)
+    trainer = Trainer(
+        accelerator="hpu",
+        devices=1,
+        max_epochs=1,
+        logger=logger,
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[HPUCompileMetrics(warmup_steps=1, patience=2)],
+    )
+    with pytest.warns(UserWarning, match="Compilation keeps happening after the warm-up of 1 steps") as caught:
+        trainer.fit(ClassBalanced(), loader)
+
+    steps = [row for row in _rows(Path(logger.log_dir) / "metrics.csv") if row.get("compile/cpu_fallbacks")]
+    assert [float(row["compile/cpu_fallbacks"]) for row in steps] == [1, 1, 1, 1]
+    assert float(steps[-1]["compile/cpu_fallbacks_total"]) == 4
+    (growth,) = [str(w.message) for w in caught if "keeps happening" in str(w.message)]
+    assert "CPU fallbacks (+1; by operator so far: {'aten::bincount': 3})" in growth
+    assert "replace those operators" in growth
 
 
 def test_the_fabric_route_gives_the_same_counters() -> None:

@@ -8,8 +8,8 @@ Three sources, read after each step:
 * Dynamo recompilations: torch's own compilation records (``torch._dynamo.utils.get_compilation_metrics()``), whose
   ``recompile_reason`` is the guard that failed, e.g. ``tensor 'x' size mismatch at index 0. expected 16, actual 8``;
   each record is kept with the shapes of the step's batch that caused it;
-* CPU fallbacks: the SDK's ``metric_global("cpu_fallback")`` (``TotalNumber``, ``FallbackOps``). The emulator has no
-  faithful list of the operators Gaudi lacks, so on the emulator this is always zero.
+* CPU fallbacks: the SDK's ``metric_global("cpu_fallback")`` (``TotalNumber``, ``FallbackOps``), each call of an
+  operator Gaudi has no kernel for, which runs on the host (``torch.bincount``, say).
 
 :class:`CompileMetricsTracker` does the counting and is what a Fabric loop uses (``fabric.log_dict(tracker.step())``);
 :class:`HPUCompileMetrics` is the Trainer callback, which logs the same numbers through ``LightningModule.log`` (so

@@ -12,7 +12,10 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <unordered_set>
 
 namespace lightning_accel::hpu {
 
@@ -71,6 +74,14 @@ void to_internal_dtype(const at::Tensor& hpu_tensor);
 // --- aten/Fallback.cpp -----------------------------------------------------------------------------------------
 // Sends the operators that have both a CPU kernel and a generic one to the CPU kernel (called once, at load).
 void route_to_backing_kernels();
+
+// Told the name of each operator the real device would run through its CPU fallback ("aten::bincount"), before it
+// runs; a message it returns refuses the operator with a RuntimeError of that text.
+using FallbackHandler = std::function<std::optional<std::string>(const std::string& operator_name)>;
+// Which operators ("aten::add.Tensor") the real device has kernels of its own for, and who hears of the others: every
+// operator outside that list that reaches the boxed fallback without a generic kernel to decompose it. An empty
+// handler stops the reports.
+void set_fallback_listener(std::unordered_set<std::string> operators_with_kernels, FallbackHandler handler);
 
 // --- aten/Sparse.cpp -------------------------------------------------------------------------------------------
 // Raises NotImplementedError: `op_name` would make or take a sparse HPU tensor, and the device has dense kernels only.

@@ -19,6 +19,41 @@ pybind11::dict memory_stats() {
   return result;
 }
 
+// A Python callable the device may call from any thread (autograd's device thread too), and drop without the GIL.
+std::shared_ptr<pybind11::object> hold(pybind11::object callable) {
+  return std::shared_ptr<pybind11::object>(new pybind11::object(std::move(callable)), [](pybind11::object* held) {
+    if (Py_IsInitialized() == 0) {
+      return;  // the interpreter is gone: leaking the reference is all that is safe
+    }
+    pybind11::gil_scoped_acquire gil;
+    delete held;
+  });
+}
+
+void set_fallback_listener(const std::vector<std::string>& operators_with_kernels,
+                           std::optional<pybind11::function> listener) {
+  lightning_accel::hpu::FallbackHandler handler;
+  if (listener.has_value()) {
+    handler = [held = hold(*listener)](const std::string& name) -> std::optional<std::string> {
+      if (Py_IsInitialized() == 0) {
+        return std::nullopt;
+      }
+      pybind11::gil_scoped_acquire gil;
+      try {
+        pybind11::object refusal = (*held)(name);
+        if (refusal.is_none()) {
+          return std::nullopt;
+        }
+        return refusal.cast<std::string>();
+      } catch (pybind11::error_already_set& error) {
+        return std::string("the emulated SDK's CPU-fallback listener failed on ") + name + ": " + error.what();
+      }
+    };
+  }
+  lightning_accel::hpu::set_fallback_listener({operators_with_kernels.begin(), operators_with_kernels.end()},
+                                              std::move(handler));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -38,6 +73,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "that hand HPU memory to host libraries (collectives, graph replay).");
   m.def("adopt", &lightning_accel::hpu::adopt, pybind11::arg("tensor"),
         "An HPU tensor owning the memory of a fresh tensor of the backing device (no copy); counted as device memory.");
+  m.def("set_fallback_listener", &set_fallback_listener, pybind11::arg("operators_with_kernels"),
+        pybind11::arg("listener"),
+        "Report each operator outside `operators_with_kernels` that runs through the boxed fallback (the real "
+        "device's CPU fallbacks) to `listener(name)`, which may refuse it by returning a message; None stops it.");
   m.def("default_generator", &lightning_accel::hpu::default_generator,
         "The HPU's default generator, a torch.Generator of device 'hpu'.");
 }

@@ -9,13 +9,33 @@
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#include <atomic>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 
 namespace lightning_accel::hpu {
 namespace {
 
 constexpr c10::DispatchKeySet kBackingKeys{c10::DispatchKey::CPU};
+
+// The real device's own kernels and who hears of the operators outside them (set_fallback_listener). Replaced whole,
+// never changed in place, so a call that took a copy reads one consistent pair.
+struct FallbackListener {
+  std::unordered_set<std::string> operators_with_kernels;
+  FallbackHandler handler;
+};
+std::mutex listener_mutex;
+std::shared_ptr<const FallbackListener> listener;
+std::atomic<uint64_t> listener_generation{0};
+
+std::shared_ptr<const FallbackListener> current_listener() {
+  std::lock_guard<std::mutex> lock(listener_mutex);
+  return listener;
+}
 
 // What the fallback needs to know of an operator's arguments, read once from its schema.
 struct Plan {
@@ -28,6 +48,10 @@ struct Plan {
   // alike. Everywhere else a host tensor with dimensions is torch's two-devices error, as on a real device.
   bool host_tensors_allowed = false;
   std::string name;
+  // Whether the real device runs this operator through its CPU fallback (no kernel of its own), as of the listener
+  // generation it was worked out for.
+  bool reported = false;
+  uint64_t reported_generation = UINT64_MAX;
 };
 
 bool is_kind(const c10::TypePtr& type, c10::TypeKind kind) {
@@ -77,13 +101,33 @@ Plan make_plan(const c10::FunctionSchema& schema) {
   return plan;
 }
 
-const Plan& plan_for(const c10::FunctionSchema& schema) {
+Plan& plan_for(const c10::FunctionSchema& schema) {
   thread_local std::unordered_map<const c10::FunctionSchema*, Plan> plans;
   auto it = plans.find(&schema);
   if (it == plans.end()) {
     it = plans.emplace(&schema, make_plan(schema)).first;
   }
   return it->second;
+}
+
+// The real SDK's boxed fallback (hpu_ops/cpu_fallback.cpp) sees exactly the operators without an HPU kernel of its
+// own; here they arrive mixed with the many the SDK has kernels for, so the listener's list tells them apart.
+void report_fallback(Plan& plan) {
+  const uint64_t generation = listener_generation.load(std::memory_order_acquire);
+  if (plan.reported_generation != generation) {
+    const auto current = current_listener();
+    plan.reported = current != nullptr && current->operators_with_kernels.count(plan.name) == 0;
+    plan.reported_generation = generation;
+  }
+  if (!plan.reported) {
+    return;
+  }
+  const auto current = current_listener();
+  if (current == nullptr) {
+    return;
+  }
+  const auto refusal = current->handler(plan.name);
+  TORCH_CHECK(!refusal.has_value(), *refusal);
 }
 
 // One HPU argument and the alias its kernel sees.
@@ -252,9 +296,8 @@ class Call {
   bool saw_hpu_ = false;
 };
 
-void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void run_on_backing_kernels(const c10::OperatorHandle& op, torch::jit::Stack* stack, const Plan& plan) {
   const auto& schema = op.schema();
-  const Plan& plan = plan_for(schema);
   Call call(plan);
   call.swap_arguments(*stack, stack->size() - plan.num_args);
   try {
@@ -266,6 +309,20 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   call.write_back();
   call.return_results(*stack, schema.returns().size());
+}
+
+// Operators without a kernel of the emulated device: on the real one, those outside its kernel list are its CPU
+// fallbacks.
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  Plan& plan = plan_for(op.schema());
+  report_fallback(plan);
+  run_on_backing_kernels(op, stack, plan);
+}
+
+// Operators with a generic kernel, sent to the CPU kernel for exact results: without a kernel of its own the real
+// device runs the generic kernel (a decomposition into other operators), not its CPU fallback, so none is reported.
+void routed_to_backing_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_on_backing_kernels(op, stack, plan_for(op.schema()));
 }
 
 }  // namespace
@@ -293,8 +350,22 @@ void route_to_backing_kernels() {
       if (!name.overload_name.empty()) {
         qualified += "." + name.overload_name;
       }
-      library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+      library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&routed_to_backing_kernel>());
     }
+  }
+}
+
+void set_fallback_listener(std::unordered_set<std::string> operators_with_kernels, FallbackHandler handler) {
+  // The replaced listener is released after the lock, by the caller's thread (the Python one, holding the GIL).
+  std::shared_ptr<const FallbackListener> replaced;
+  {
+    std::lock_guard<std::mutex> lock(listener_mutex);
+    replaced = std::move(listener);
+    if (handler) {
+      listener = std::make_shared<const FallbackListener>(
+          FallbackListener{std::move(operators_with_kernels), std::move(handler)});
+    }
+    listener_generation.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 

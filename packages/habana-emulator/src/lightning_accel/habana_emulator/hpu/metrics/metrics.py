@@ -10,8 +10,9 @@ and the emulator emits the events where it does the same work:
   eager mode's per-operator recipes (``backend/synapse_helpers/graph.cpp:612-620``). The emulator counts each graph
   ``hpu_backend`` compiles (one per Dynamo graph, with Inductor's compile time) and each HPU graph capture.
 * ``cpu_fallback`` (``TotalNumber``, ``FallbackOps``): the bridge counts each operator that its boxed fallback sends
-  to the CPU (``hpu_ops/cpu_fallback.cpp:90-97``), i.e. each operator without an HPU kernel. The emulator has no
-  faithful list of which operators lack a Gaudi kernel, so it emits none: always zero, never invented.
+  to the CPU (``hpu_ops/cpu_fallback.cpp:90-97``), i.e. each operator without an HPU kernel. The emulator counts each
+  operator outside the bridge's own list of HPU kernels that reaches the device's boxed fallback (see
+  ``_cpu_fallback``), by the same name (``aten::bincount``).
 * ``memory_defragmentation`` (``TotalNumber``, ``TotalSuccessful``, ``AvgTime``, ``MaxTime``): the emulated device
   memory is host memory and is never defragmented: always zero.
 * ``recipe_cache`` (``TotalHit``, ``RecipeHit``, ``TotalMiss``, ``RecipeMiss``), registered only with
@@ -94,6 +95,11 @@ def _emit(event: str, params: Sequence[tuple[str, str]]) -> None:
 def _record_graph_compilation(recipe: str, duration_us: int) -> None:
     """Emulator only: report one graph compilation (what the bridge's ``GRAPH_COMPILE`` event carries)."""
     _emit(_GRAPH_COMPILATION, [("duration", str(int(duration_us))), ("recipe", recipe)])
+
+
+def _record_cpu_fallback(op_name: str) -> None:
+    """Emulator only: report one operator run through the CPU fallback (the bridge's ``CPU_FALLBACK`` event)."""
+    _emit(_CPU_FALLBACK, [("op_name", op_name)])
 
 
 def bool_helper(value: str) -> bool:
