@@ -57,6 +57,55 @@ def test_make_graphed_callables_refuses_trainable_buffers_and_non_tensor_samples
         hpu_graphs.make_graphed_callables(torch.tanh, (torch.zeros(2, device="hpu"), 3))
 
 
+class _Outer(torch.nn.Module):
+    """A child that records the module name the bridge would label its work with, in forward and in backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 4)
+        self.seen: list[str] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from lightning_accel.habana_emulator import _module_names
+
+        self.seen.append(_module_names.current_name())
+        return self.inner(x)
+
+
+class _Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _Outer()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x).sum()
+
+
+def test_in_lazy_mode_a_child_module_has_the_sdks_name_hooks_so_graphing_it_fails_as_on_gaudi() -> None:
+    from lightning_accel.habana_emulator import _module_names
+
+    model = _Model().to("hpu")  # made in lazy mode: the SDK's add_module/__setattr__ wrappers name each child
+    assert (model.block.custom_name, model.block.inner.custom_name) == ("block", "inner")
+    assert len(model.block._forward_pre_hooks) == len(model.block._forward_hooks) == 1
+    assert not model._forward_hooks  # the root was never assigned as anyone's child
+    x = torch.ones(2, 4, device="hpu", requires_grad=True)
+    names: list[str] = []
+    model.block.inner.weight.register_hook(lambda grad: names.append(_module_names.current_name()))
+    model(x).backward()
+    assert model.block.seen == ["block"]  # nested names: "block", then "block/inner" inside it
+    assert names == ["gradient/block/inner"]  # the forward hook's gradient hook named the backward
+    assert _module_names.current_name() == "gradient/block/inner"
+    with pytest.raises(AssertionError, match="Modules must not have hooks registered at the time they are passed"):
+        hpu_graphs.make_graphed_callables(model.block, (torch.ones(2, 4, device="hpu"),))
+    hpu_graphs.make_graphed_callables(model, (torch.ones(2, 4, device="hpu"),))  # the root has none
+
+
+def test_in_eager_mode_modules_get_no_name_hooks(eager_mode: None) -> None:
+    model = _Model()
+    assert not hasattr(model.block, "custom_name")
+    assert not model.block._forward_hooks and not model.block._forward_pre_hooks
+
+
 # 2. ModuleCacher: the caller's allow_unused_input, and no *args.
 
 

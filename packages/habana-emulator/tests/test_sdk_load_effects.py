@@ -59,6 +59,18 @@ report.update(
         f.__code__.co_filename != torch.serialization.__file__ for f in (torch.save, torch.load)
     ),
 )
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(2, 2)
+        self.stack = torch.nn.Sequential(torch.nn.Tanh())
+report.update(
+    child_hooks=[
+        (getattr(m, "custom_name", None), len(m._forward_pre_hooks), len(m._forward_hooks))
+        for m in (_Net().body, _Net().stack[0])
+    ],
+    setattr_is_torchs=torch.nn.Module.__setattr__.__code__.co_filename == torch.nn.modules.module.__file__,
+)
 print("REPORT", json.dumps(report))
 """
 
@@ -125,6 +137,10 @@ def test_loading_wraps_torch_functions(mode: str, request: pytest.FixtureRequest
     assert report["collectives_out_of_graphs"]  # distributed/hccl/__init__.py:123-165
     # :389-432, :501-560: lazy mode only.
     assert report["save_load_wrapped"] is (mode == "lazy")
+    # :162-183, :259-282: lazy mode only, a child module (assigned, or added by nn.Sequential) gets the name hooks.
+    assert report["setattr_is_torchs"] is (mode == "eager")
+    expected = [["body", 1, 1], ["0", 1, 1]] if mode == "lazy" else [[None, 0, 0], [None, 0, 0]]
+    assert report["child_hooks"] == expected
 
 
 def test_a_launched_rank_gets_its_module_and_no_rendezvous_defaults() -> None:

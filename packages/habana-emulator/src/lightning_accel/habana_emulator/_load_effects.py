@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from . import _module_names
+
 __all__ = [
     "APPLIED",
     "default_habana_profile",
@@ -84,7 +86,8 @@ def overwrite_torch_functions(lazy: bool) -> None:
     the HPU generator by default (``:364-382``).
 
     Lazy mode only: ``torch.save`` copies tensors to the host first (``:389-432``) and ``torch.load`` loads to the
-    host and then moves to ``map_location`` (``:501-560``).
+    host and then moves to ``map_location`` (``:501-560``); every module assigned as a child afterwards gets the
+    SDK's module-name hooks (``:162-183``, ``:259-282``; :mod:`._module_names`).
     """
     if not _once("overwrite_torch_functions"):
         return
@@ -138,6 +141,8 @@ def overwrite_torch_functions(lazy: bool) -> None:
 
     if lazy:
         _wrap_serialization()
+        _module_names.install(lazy=True)
+        APPLIED.add("lazy module-name hooks")
 
 
 def _wrap_process_groups(dist: Any) -> None:

@@ -80,7 +80,9 @@ def _load_mode(lazy: bool) -> None:
     global _lazy
     _lazy = lazy
     hpu._export_graph_api(lazy)
-    from .. import _custom_ops
+    from .. import _custom_ops, _module_names
+
+    _module_names.install(lazy)  # a module made in lazy mode gets the SDK's name hooks, as on Gaudi
 
     _custom_ops.register(lazy)  # the SDK of that mode has that mode's operator schemas
 
