@@ -95,9 +95,11 @@ def test_a_local_context_counts_only_inside_it(eager_mode: None) -> None:
 
 @isolated
 def test_an_hpu_graph_capture_counts_one_compilation(lazy_mode: None) -> None:
+    from lightning_accel.habana_emulator import core as htcore
     from lightning_accel.habana_emulator.hpu import graphs
 
     x = torch.ones(2, 4, device="hpu")
+    htcore.mark_step()  # the graph that filled x compiles here (or hits the cache), before the count
     before = _compilations()
     g = graphs.HPUGraph()
     with graphs.graph(g):
@@ -155,7 +157,8 @@ def test_detect_recompilation_reports_the_module_that_recompiles_on_a_new_shape(
     from lightning_accel.habana_emulator.hpu import graphs
     from lightning_accel.habana_emulator.utils.experimental import detect_recompilation_auto_model
 
-    # A lazy-mode compilation on the emulator is an HPU graph capture: the body is captured once per input shape.
+    # The body is captured once per input shape. Inside the capture the wrapper of fc marks a step, which on Gaudi
+    # compiles (and captures) the graph so far (habana_lazy/hlexec.cpp:137-168): fc compiles at each capture too.
     net = _Net(graphs.wrap_in_hpu_graph(_Block().to("hpu").eval()))
     model = detect_recompilation_auto_model(net, waittime=0, csv_out=str(tmp_path / "out"))
     with torch.no_grad():
@@ -167,13 +170,63 @@ def test_detect_recompilation_reports_the_module_that_recompiles_on_a_new_shape(
     # Step 0 compiles; step 2 (the first 2-row batch) recaptures the body, for its new input (inner modules first).
     recompiled = [row.split(",") for row in rows[1:]]
     assert [(r[0], r[1], r[2], r[6]) for r in recompiled] == [
+        ("0", "Net/body/fc", "True", "Recompiled due to new input shape"),
+        ("0", "Net/body", "True", "Recompiled due to new input shape"),
+        ("0", "Net", "True", "Recompiled due to new input shape"),
+        ("2", "Net/body/fc", "True", "Recompiled due to new input shape"),
+        ("2", "Net/body", "True", "Recompiled due to new input shape"),
+        ("2", "Net", "True", "Recompiled due to new input shape"),
+    ]
+    assert sorted((tmp_path / "out_2.csv").read_text().splitlines()[1:]) == ["Net,2", "Net/body,2", "Net/body/fc,2"]
+    assert "Recompile count" in capsys.readouterr().out  # the printed table
+
+
+@isolated
+def test_detect_recompilation_reports_a_plain_lazy_mode_module_that_recompiles_on_a_new_shape(
+    lazy_mode: None, tmp_path: Path
+) -> None:
+    from lightning_accel.habana_emulator.utils.experimental import detect_recompilation_auto_model
+
+    # No HPU graphs: the graphs lazy mode builds between step marks compile, once per new shape.
+    model = detect_recompilation_auto_model(_Net(_Block().to("hpu")), waittime=0, csv_out=str(tmp_path / "out"))
+    for rows in (4, 4, 2, 2, 4):
+        model(torch.ones(rows, 8, device="hpu")).sum().backward()
+    model.analyse_dynamicity()
+    recompiled = [row.split(",") for row in (tmp_path / "out_1.csv").read_text().splitlines()[1:]]
+    assert [(r[0], r[1], r[2], r[6]) for r in recompiled] == [
         ("0", "Net/body", "True", "Recompiled due to new input shape"),
         ("0", "Net", "True", "Recompiled due to new input shape"),
         ("2", "Net/body", "True", "Recompiled due to new input shape"),
         ("2", "Net", "True", "Recompiled due to new input shape"),
     ]
-    assert sorted((tmp_path / "out_2.csv").read_text().splitlines()[1:]) == ["Net,2", "Net/body,2"]
-    assert "Recompile count" in capsys.readouterr().out  # the printed table
+
+
+@isolated
+def test_in_lazy_mode_each_new_graph_compiles_once_and_a_repeated_step_hits_the_recipe_cache(lazy_mode: None) -> None:
+    from lightning_accel.habana_emulator import core as htcore
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2).to("hpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    htcore.mark_step()
+    per_step, losses = [], []
+    for rows in (4, 4, 2, 4, 2):
+        before = _compilations()
+        loss = model(torch.randn(rows, 8).to("hpu")).square().mean()
+        loss.backward()
+        htcore.mark_step()  # forward and backward: one graph
+        optimizer.step()
+        optimizer.zero_grad()
+        htcore.mark_step()  # the update: another
+        losses.append(loss.item())  # a materialized result: read without a graph
+        per_step.append(_compilations() - before)
+    # Both graphs of the first step compile; the repeated step hits the cache; a 2-row batch compiles a new forward
+    # and backward (its update has the same shapes); later steps of either size hit the cache.
+    assert per_step == [2, 0, 1, 0, 0]
+    before = _compilations()
+    value = (model.weight * 3).sum().item()  # the host reads a pending result: its graph compiles first
+    assert _compilations() == before + 1
+    assert value == pytest.approx(3 * model.weight.sum().item(), rel=1e-5)
 
 
 def _fallbacks() -> dict[str, object]:

@@ -114,6 +114,32 @@ def test_no_warning_when_compiling_stops_after_warm_up(tmp_path: Path) -> None:
     assert not [w for w in caught if "keeps happening" in str(w.message)]
 
 
+def test_in_lazy_mode_each_new_graph_is_logged_as_a_compilation(tmp_path: Path, lazy_mode: None) -> None:
+    import habana_frameworks.torch.core as htcore
+
+    assert htcore.is_lazy()  # the module's eager_mode fixture ran first; lazy_mode switched after it
+    logger = CSVLogger(tmp_path, name="run", version=0)
+    Trainer(
+        accelerator="hpu",
+        devices=1,
+        max_epochs=2,
+        logger=logger,
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[HPUCompileMetrics(warmup_steps=10)],
+    ).fit(Regressor(), _loader())  # batches of 16, 16, 8 rows, twice
+
+    steps = [row for row in _rows(Path(logger.log_dir) / "metrics.csv") if row.get("compile/graph_compilations")]
+    compilations = [float(row["compile/graph_compilations"]) for row in steps]
+    # The step marks after backward and after the update end lazy mode's graphs: the first step compiles both, the
+    # 8-row batch a new forward and backward, and every later step hits the recipe cache.
+    assert compilations[0] >= 2 and compilations[1] == 0 and compilations[2] >= 1
+    assert compilations[3:] == [0, 0, 0]
+    assert [float(row["compile/recompilations"]) for row in steps] == [0] * 6  # no torch.compile in lazy mode
+
+
 class ClassBalanced(LightningModule):
     """Weights each class by its inverse frequency in the batch: ``torch.bincount`` has no Gaudi kernel."""
 

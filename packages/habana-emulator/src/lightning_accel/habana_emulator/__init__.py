@@ -59,9 +59,10 @@ _generation.load_generation()
 # As the SDK's import loads its bridge and registers its hpu module as torch.hpu (core/__init__.py:46), loading the
 # emulated SDK loads the C++ HPU device and registers the emulated hpu module; then the SDK's own operators
 # (torch.ops.hpu.*).
-from . import _cpu_fallback, _native  # noqa: E402
+from . import _cpu_fallback, _lazy_graphs, _native  # noqa: E402
 
 _native.install(hpu, core.is_lazy())
+_lazy_graphs.install(core.is_lazy())
 # The bridge sends operators it has no kernel for to the host, counted (and refused under PT_HPU_PLACE_ON_CPU).
 _cpu_fallback.install()
 _custom_ops.register(core.is_lazy())

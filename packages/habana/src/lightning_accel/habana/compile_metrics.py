@@ -3,8 +3,8 @@
 Three sources, read after each step:
 
 * graph compilations: the SDK's ``hpu.metrics.metric_global("graph_compilation")`` (``TotalNumber``), a Synapse graph
-  compiled outside eager mode's per-operator recipes (on the emulator: each graph ``hpu_backend`` compiles and each
-  HPU graph capture);
+  compiled outside eager mode's per-operator recipes (on the emulator: each graph ``hpu_backend`` compiles, each
+  HPU graph capture, and in lazy mode each graph between step marks that the process has not built before);
 * Dynamo recompilations: torch's own compilation records (``torch._dynamo.utils.get_compilation_metrics()``), whose
   ``recompile_reason`` is the guard that failed, e.g. ``tensor 'x' size mismatch at index 0. expected 16, actual 8``;
   each record is kept with the shapes of the step's batch that caused it;

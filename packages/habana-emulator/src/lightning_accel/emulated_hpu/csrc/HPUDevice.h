@@ -8,6 +8,7 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 
@@ -82,6 +83,19 @@ using FallbackHandler = std::function<std::optional<std::string>(const std::stri
 // operator outside that list that reaches the boxed fallback without a generic kernel to decompose it. An empty
 // handler stops the reports.
 void set_fallback_listener(std::unordered_set<std::string> operators_with_kernels, FallbackHandler handler);
+
+// --- aten/LazyGraph.cpp ---------------------------------------------------------------------------------------
+// Lazy mode's graphs: the operators issued since the graph began, as one 64-bit identity (each operator and the
+// shapes and dtypes of its tensors, in order), handed to the listener with the operator count when the graph ends.
+using LazyGraphHandler = std::function<void(uint64_t identity, int64_t operators)>;
+// Adds one operator to the graph being built (nothing while no listener is set, as in eager mode).
+void record_lazy_operator(const void* op, c10::ArrayRef<c10::IValue> arguments);
+// The graph ends: a step mark, or the host reading a result. An empty graph is not reported.
+void end_lazy_graph();
+// Forgets the graph being built (an HPU graph capture compiles its own).
+void discard_lazy_graph();
+// Starts recording, reporting each graph to `listener`; an empty listener stops it.
+void set_lazy_graph_listener(LazyGraphHandler listener);
 
 // --- aten/Sparse.cpp -------------------------------------------------------------------------------------------
 // Raises NotImplementedError: `op_name` would make or take a sparse HPU tensor, and the device has dense kernels only.

@@ -54,6 +54,24 @@ void set_fallback_listener(const std::vector<std::string>& operators_with_kernel
                                               std::move(handler));
 }
 
+void set_lazy_graph_listener(std::optional<pybind11::function> listener) {
+  lightning_accel::hpu::LazyGraphHandler handler;
+  if (listener.has_value()) {
+    handler = [held = hold(*listener)](uint64_t identity, int64_t operators) {
+      if (Py_IsInitialized() == 0) {
+        return;
+      }
+      pybind11::gil_scoped_acquire gil;
+      try {
+        (*held)(identity, operators);
+      } catch (pybind11::error_already_set& error) {
+        error.discard_as_unraisable("the emulated SDK's lazy-graph listener");  // a metric must not fail the work
+      }
+    };
+  }
+  lightning_accel::hpu::set_lazy_graph_listener(std::move(handler));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -77,6 +95,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("listener"),
         "Report each operator outside `operators_with_kernels` that runs through the boxed fallback (the real "
         "device's CPU fallbacks) to `listener(name)`, which may refuse it by returning a message; None stops it.");
+  m.def("set_lazy_graph_listener", &set_lazy_graph_listener, pybind11::arg("listener"),
+        "Record lazy mode's graphs and call `listener(identity, operators)` as each ends; None stops recording.");
+  m.def("end_lazy_graph", &lightning_accel::hpu::end_lazy_graph,
+        "End the graph being built (a step mark) and report it, unless it is empty.");
+  m.def("discard_lazy_graph", &lightning_accel::hpu::discard_lazy_graph,
+        "Forget the graph being built without reporting it.");
   m.def("default_generator", &lightning_accel::hpu::default_generator,
         "The HPU's default generator, a torch.Generator of device 'hpu'.");
 }

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import threading
 
-from .. import _not_emulated, hpu
+from .. import _lazy_graphs, _native, _not_emulated, hpu
 
 __all__ = ["hpu", "is_lazy", "mark_step", "step_closure"]
 
@@ -63,6 +63,7 @@ def mark_step(device_str: str = "", sync: bool = False) -> None:
         return
     with _lock:
         _marked_step_total += 1
+    _lazy_graphs.end_graph()
     if sync:
         hpu.synchronize()
 
@@ -83,6 +84,8 @@ def _load_mode(lazy: bool) -> None:
     from .. import _custom_ops, _module_names
 
     _module_names.install(lazy)  # a module made in lazy mode gets the SDK's name hooks, as on Gaudi
+    if _native.is_installed():
+        _lazy_graphs.install(lazy)
 
     _custom_ops.register(lazy)  # the SDK of that mode has that mode's operator schemas
 

@@ -19,6 +19,7 @@ from types import TracebackType
 
 import torch
 
+from .. import _lazy_graphs
 from ._recorder import Recorder, Recording
 from .metrics import metrics as _metrics
 
@@ -90,6 +91,7 @@ class HPUGraph:
         if torch.compiler.is_compiling():
             raise RuntimeError(_COMPILE_CONFLICT)
         self.reset()
+        _lazy_graphs.end_graph()  # the bridge marks a step first (HPUGraph::capture_begin): pending work compiles
         self._inference = torch.is_inference_mode_enabled()
         self._recorder = Recorder()
         self._recorder.__enter__()
@@ -108,6 +110,7 @@ class HPUGraph:
         assert self._recorder is not None
         recorder, self._recorder = self._recorder, None
         recorder.__exit__(None, None, None)
+        _lazy_graphs.discard_graph()  # the captured work: compiled below as the graph's own recipe, not a lazy graph
         # Metrics hook: the SDK compiles the captured graph into one Synapse recipe at capture end, which emits
         # GRAPH_COMPILE (backend/synapse_helpers/graph.cpp:612-620); the emulator's counterpart is building the program.
         started = time.perf_counter_ns()

@@ -47,6 +47,7 @@ struct Plan {
   // Operators whose CUDA kernels take host tensors beside device tensors (host index tensors): the HPU allows them
   // alike. Everywhere else a host tensor with dimensions is torch's two-devices error, as on a real device.
   bool host_tensors_allowed = false;
+  bool reads_to_host = false;  // tensor.item(): the host needs the value now
   std::string name;
   // Whether the real device runs this operator through its CPU fallback (no kernel of its own), as of the listener
   // generation it was worked out for.
@@ -95,6 +96,7 @@ Plan make_plan(const c10::FunctionSchema& schema) {
     plan.name += "." + schema.overload_name();
   }
   const auto& base = schema.name();
+  plan.reads_to_host = base == "aten::_local_scalar_dense";
   plan.host_tensors_allowed = base == "aten::index" || base == "aten::index_put_" || base == "aten::index_put" ||
                               base == "aten::_index_put_impl_" || base == "aten::_unsafe_index" ||
                               base == "aten::_unsafe_index_put";
@@ -298,6 +300,11 @@ class Call {
 
 void run_on_backing_kernels(const c10::OperatorHandle& op, torch::jit::Stack* stack, const Plan& plan) {
   const auto& schema = op.schema();
+  if (plan.reads_to_host) {
+    end_lazy_graph();  // the host reads a value: Gaudi runs (and compiles) the graph built so far, then copies it
+  } else {
+    record_lazy_operator(&schema, c10::ArrayRef<c10::IValue>(*stack).slice(stack->size() - plan.num_args));
+  }
   Call call(plan);
   call.swap_arguments(*stack, stack->size() - plan.num_args);
   try {

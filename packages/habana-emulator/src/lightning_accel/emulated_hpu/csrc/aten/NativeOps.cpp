@@ -45,6 +45,9 @@ at::Tensor on_backing(const at::Tensor& tensor) {
 // Copies between the HPU and any other device, and within the HPU: the backing copy kernel does dtype conversion,
 // strides, broadcasting and conjugation on the aliases.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (self.device().type() == kHPU && dst.device().type() != kHPU) {
+    end_lazy_graph();  // the host reads HPU memory: Gaudi runs (and compiles) the graph built so far first
+  }
   auto target = on_backing(dst);
   target.copy_(on_backing(self), non_blocking);
   if (dst.device().type() == kHPU) {

@@ -8,7 +8,8 @@ and the emulator emits the events where it does the same work:
 * ``graph_compilation`` (``TotalNumber``, ``TotalTime`` and ``AvgTime`` in microseconds, ``recipe`` with
   ``PT_HPU_METRICS_GC_DETAILS=1``): the bridge emits ``GRAPH_COMPILE`` for every Synapse graph compiled outside
   eager mode's per-operator recipes (``backend/synapse_helpers/graph.cpp:612-620``). The emulator counts each graph
-  ``hpu_backend`` compiles (one per Dynamo graph, with Inductor's compile time) and each HPU graph capture.
+  ``hpu_backend`` compiles (one per Dynamo graph, with Inductor's compile time), each HPU graph capture, and in lazy
+  mode each graph between step marks not built before in the process (``_lazy_graphs``, 0 µs).
 * ``cpu_fallback`` (``TotalNumber``, ``FallbackOps``): the bridge counts each operator that its boxed fallback sends
   to the CPU (``hpu_ops/cpu_fallback.cpp:90-97``), i.e. each operator without an HPU kernel. The emulator counts each
   operator outside the bridge's own list of HPU kernels that reaches the device's boxed fallback (see

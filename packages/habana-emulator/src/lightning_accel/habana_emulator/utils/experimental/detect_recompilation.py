@@ -8,10 +8,9 @@ the input or output signature (``hpu.input_hash``) is new. ``model.analyse_dynam
 ``<csv_out>_1.csv``, ``<csv_out>_2.csv``) which modules recompiled at which step, and why.
 
 As on the SDK it reads ``htcore.hpu.input_hash``, which the SDK exports in lazy mode only (``hpu/__init__.py:45-46``):
-in eager mode the wrapped forward raises ``AttributeError``. On the emulator a lazy-mode compilation is an HPU graph
-capture (``wrap_in_hpu_graph``, ``ModuleCacher``, ``HPUGraph``): the emulator does not compile the graphs that Gaudi
-builds at each ``mark_step``, so plain lazy-mode modules report no recompilation here (see
-``docs/emulator.md``).
+in eager mode the wrapped forward raises ``AttributeError``. On the emulator a lazy-mode compilation is a graph built
+between step marks that the process has not built before, or an HPU graph capture (``wrap_in_hpu_graph``,
+``ModuleCacher``, ``HPUGraph``), so a module fed a new input shape reports a recompilation (see ``docs/emulator.md``).
 
 Example:
     >>> import torch, habana_frameworks.torch.hpu as hthpu  # doctest: +SKIP
