@@ -235,6 +235,40 @@ def test_fused_sdpa_function_matches_torch() -> None:
     torch.testing.assert_close(fused_sdpa(q, k, v, is_causal=True, scale=0.5, recompute=False), expected)
 
 
+def test_fused_sdpa_compiles_into_one_graph_and_matches_torch() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 8).to("hpu").requires_grad_() for _ in range(3))
+    # The first call of the process may be inside the compiled code: the SDK is looked up while Dynamo traces.
+    compiled = torch.compile(lambda q, k, v: fused_sdpa(q, k, v, is_causal=True), backend="hpu_backend", fullgraph=True)
+    out = compiled(q, k, v)
+    out.pow(2).sum().backward()
+    ours = [t.grad.clone() for t in (q, k, v)]  # type: ignore[union-attr]
+    for t in (q, k, v):
+        t.grad = None
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected.pow(2).sum().backward()
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    for grad, t in zip(ours, (q, k, v), strict=True):
+        torch.testing.assert_close(grad, t.grad, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ConfigurationError, match=r"softmax_mode='flash' is not a mode"):
+        torch.compile(lambda q: fused_sdpa(q, k, v, softmax_mode="flash"), backend="hpu_backend")(q)
+
+
+def test_use_fused_sdpa_reaches_a_compiled_model() -> None:
+    torch._dynamo.reset()
+    model, x = _attention()
+    reference = copy.deepcopy(model)
+    # causal=True makes every call causal: the model's own non-causal call shows which SDPA the compiled code ran.
+    with use_fused_sdpa(model, causal=True):
+        compiled = torch.compile(model, backend="hpu_backend", fullgraph=True)
+        out = compiled(x, is_causal=False)
+        again = compiled(x, is_causal=False)
+    torch.testing.assert_close(out, reference(x, is_causal=True), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(again, out)
+    assert not torch.allclose(out, reference(x, is_causal=False), atol=1e-3)
+
+
 def test_fused_sdpa_options_the_sdk_lacks_are_refused_by_name() -> None:
     model, x = _attention()
     with pytest.raises(ConfigurationError, match=r"softmax_mode='flash' is not a mode.*Accepted: 'None'.*'fast'"):

@@ -26,14 +26,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = [
     "FUSED_OPTIMIZERS",
@@ -144,6 +143,10 @@ def _first_generation() -> bool:
     return bool(htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi)
 
 
+#: The SDK's FusedSDPA (an autograd.Function), found by the check that precedes every use of it.
+_fused_sdpa_kernel: Any = None
+
+
 def _check_sdpa_options(recompute: bool | None, causal: bool, softmax_mode: str) -> None:
     if softmax_mode not in _SOFTMAX_MODES:
         raise ConfigurationError(
@@ -154,11 +157,20 @@ def _check_sdpa_options(recompute: bool | None, causal: bool, softmax_mode: str)
         raise ConfigurationError(f"recompute={recompute!r} is not a bool. Accepted: True, False or None.")
     if not isinstance(causal, bool):
         raise ConfigurationError(f"causal={causal!r} is not a bool. Accepted: True or False.")
+    _find_fused_sdpa()
+
+
+# Under torch.compile this runs once, on the host while Dynamo traces, and leaves nothing in the graph: the SDK's
+# lookups and the generation query are not traceable, and need not be.
+@torch.compiler.assume_constant_result
+def _find_fused_sdpa() -> None:
+    global _fused_sdpa_kernel
     if _first_generation():
         raise ConfigurationError(
             f"use_fused_sdpa needs the fused attention kernel of Gaudi2 or later; this HPU is {sdk.generation()}. "
             "Leave use_fused_sdpa out on a first-generation Gaudi: torch's scaled_dot_product_attention runs there."
         )
+    _fused_sdpa_kernel = sdk.fused_kernels_module().FusedSDPA
 
 
 def fused_sdpa(
@@ -217,8 +229,8 @@ def _apply(
             "softmax in recompute training only with causal attention (FusedSDPA.py:117-120). Accepted: causal=True, "
             "recompute=False, or softmax_mode='None'."
         )
-    fused = sdk.fused_kernels_module().FusedSDPA
-    out: torch.Tensor = fused.apply(query, key, value, attn_mask, dropout_p, is_causal, scale, softmax_mode, recompute)
+    kernel = _fused_sdpa_kernel
+    out: torch.Tensor = kernel.apply(query, key, value, attn_mask, dropout_p, is_causal, scale, softmax_mode, recompute)
     return out
 
 
@@ -292,8 +304,9 @@ def use_fused_sdpa(
     Inside ``module``'s forward, ``torch.nn.functional.scaled_dot_product_attention`` (what transformers' ``"sdpa"``
     attention and most hand-written attention layers call) is the fused kernel; outside it, and for tensors not on
     an HPU, it is torch's. Apply it to the module whose forward the training step calls (``self.model`` of a
-    LightningModule wrapping a transformers model); it is not meant for modules compiled with ``torch.compile``,
-    whose graphs the compiler captures before the swap.
+    LightningModule wrapping a transformers model). Under ``torch.compile`` (``HPUCompile``, or
+    ``torch.compile(model, backend="hpu_backend")``) the fused kernel is traced into the model's graph, as
+    optimum-habana's compiled models hold ``FusedSDPA``.
 
     Args:
         module: The model.
