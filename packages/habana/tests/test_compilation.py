@@ -241,8 +241,8 @@ class CausalLM(LightningModule):
 
 @pytest.mark.parametrize(
     ("family", "regions"),
-    [("gpt2", True), ("gpt2", False), ("llama", False)],
-    ids=["gpt2-regions", "gpt2-whole", "llama-whole"],
+    [("gpt2", True), ("gpt2", False), ("llama", True), ("llama", False)],
+    ids=["gpt2-regions", "gpt2-whole", "llama-regions", "llama-whole"],
 )
 def test_transformers_models_compiled_train_like_eager(eager_mode: None, family: str, regions: bool) -> None:
     def fit(*callbacks: Callback) -> list[float]:
@@ -324,16 +324,21 @@ def test_lightning_cli_takes_hpu_compile_as_a_callback_with_its_arguments(tmp_pa
     )
 
 
+@pytest.mark.parametrize("compiled", ["regions", "whole"])
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_fabric_trains_a_regionally_compiled_transformer_like_eager(eager_mode: None, family: str) -> None:
-    def run(regional: bool) -> list[float]:
+def test_fabric_trains_a_compiled_transformer_like_eager(eager_mode: None, family: str, compiled: str) -> None:
+    def run(compile_as: str | None) -> list[float]:
         torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
         fabric = Fabric(accelerator="hpu", devices=1, precision="bf16-mixed")
-        model = CausalLM(family)
-        if regional:
+        model: torch.nn.Module = CausalLM(family)
+        optimizer = model.configure_optimizers()  # type: ignore[operator]
+        if compile_as == "regions":
             blocks = compile_regions(model)
             assert len(blocks) == 2  # the two decoder layers (GPT-2's blocks)
-        optimizer = model.configure_optimizers()
+        elif compile_as == "whole":
+            # Fabric's way: compile, then set up (setup compiles the wrapped module again with the same arguments).
+            model = torch.compile(model, backend="hpu_backend")
         model, optimizer = fabric.setup(model, optimizer)
         losses = []
         for _ in range(2):
@@ -343,8 +348,10 @@ def test_fabric_trains_a_regionally_compiled_transformer_like_eager(eager_mode: 
                 fabric.backward(loss)
                 optimizer.step()
                 losses.append(loss.item())
+        # What Dynamo compiled since the reset: nothing for eager, the model's graphs otherwise.
+        assert (torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0) is (compile_as is not None)
         return losses
 
-    eager = run(False)
+    eager = run(None)
     assert eager[-1] < eager[0]
-    assert run(True) == pytest.approx(eager, rel=2e-2)
+    assert run(compiled) == pytest.approx(eager, rel=2e-2)
