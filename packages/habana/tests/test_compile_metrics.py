@@ -45,7 +45,15 @@ def _loader(rows: int = 40, batch_size: int = 16) -> DataLoader:
     return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=batch_size)
 
 
-def _fit(tmp_path: Path, metrics: HPUCompileMetrics, loader: DataLoader, epochs: int = 1) -> Path:
+def _fit(
+    tmp_path: Path,
+    metrics: HPUCompileMetrics,
+    loader: DataLoader,
+    epochs: int = 1,
+    model: LightningModule | None = None,
+    compiled: bool = True,
+) -> Path:
+    """Fit ``model`` (a Regressor by default), compiled by HPUCompile unless not ``compiled``; the CSV log folder."""
     torch._dynamo.reset()
     logger = CSVLogger(tmp_path, name="run", version=0)
     Trainer(
@@ -57,8 +65,8 @@ def _fit(tmp_path: Path, metrics: HPUCompileMetrics, loader: DataLoader, epochs:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[HPUCompile(), metrics],
-    ).fit(Regressor(), loader)
+        callbacks=[HPUCompile(), metrics] if compiled else [metrics],
+    ).fit(model or Regressor(), loader)
     return Path(logger.log_dir)
 
 
@@ -118,20 +126,10 @@ def test_in_lazy_mode_each_new_graph_is_logged_as_a_compilation(tmp_path: Path, 
     import habana_frameworks.torch.core as htcore
 
     assert htcore.is_lazy()  # the module's eager_mode fixture ran first; lazy_mode switched after it
-    logger = CSVLogger(tmp_path, name="run", version=0)
-    Trainer(
-        accelerator="hpu",
-        devices=1,
-        max_epochs=2,
-        logger=logger,
-        log_every_n_steps=1,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[HPUCompileMetrics(warmup_steps=10)],
-    ).fit(Regressor(), _loader())  # batches of 16, 16, 8 rows, twice
+    # Batches of 16, 16, 8 rows, twice; no torch.compile (lazy mode refuses it).
+    log_dir = _fit(tmp_path, HPUCompileMetrics(warmup_steps=10), _loader(), epochs=2, compiled=False)
 
-    steps = [row for row in _rows(Path(logger.log_dir) / "metrics.csv") if row.get("compile/graph_compilations")]
+    steps = [row for row in _rows(log_dir / "metrics.csv") if row.get("compile/graph_compilations")]
     compilations = [float(row["compile/graph_compilations"]) for row in steps]
     # The step marks after backward and after the update end lazy mode's graphs: the first step compiles both, the
     # 8-row batch a new forward and backward, and every later step hits the recipe cache.
@@ -160,22 +158,11 @@ class ClassBalanced(LightningModule):
 def test_an_operator_without_a_gaudi_kernel_is_logged_as_a_cpu_fallback_each_step(tmp_path: Path) -> None:
     x = torch.randn(64, 8, generator=torch.Generator().manual_seed(2))
     loader = DataLoader(TensorDataset(x, torch.arange(64) % 3), batch_size=16)
-    logger = CSVLogger(tmp_path, name="run", version=0)
-    trainer = Trainer(
-        accelerator="hpu",
-        devices=1,
-        max_epochs=1,
-        logger=logger,
-        log_every_n_steps=1,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[HPUCompileMetrics(warmup_steps=1, patience=2)],
-    )
+    metrics = HPUCompileMetrics(warmup_steps=1, patience=2)
     with pytest.warns(UserWarning, match="Compilation keeps happening after the warm-up of 1 steps") as caught:
-        trainer.fit(ClassBalanced(), loader)
+        log_dir = _fit(tmp_path, metrics, loader, model=ClassBalanced(), compiled=False)
 
-    steps = [row for row in _rows(Path(logger.log_dir) / "metrics.csv") if row.get("compile/cpu_fallbacks")]
+    steps = [row for row in _rows(log_dir / "metrics.csv") if row.get("compile/cpu_fallbacks")]
     assert [float(row["compile/cpu_fallbacks"]) for row in steps] == [1, 1, 1, 1]
     assert float(steps[-1]["compile/cpu_fallbacks_total"]) == 4
     (growth,) = [str(w.message) for w in caught if "keeps happening" in str(w.message)]

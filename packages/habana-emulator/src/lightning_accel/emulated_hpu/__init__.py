@@ -7,8 +7,9 @@ reference out-of-tree device (``torch_openreg``):
 - ``csrc/runtime``: the allocator (host memory, counted exactly), the device guard (one device, ``hpu:0``; any other
   index fails as the SDK's guard does), torch's HPU hooks, the HPU's own random generator, pinned host memory;
 - ``csrc/aten``: native factories, views, resizes and copies, and a boxed fallback that runs every other ATen
-  operator with the CPU's own kernel on zero-copy aliases of the same memory;
-- ``csrc/module.cpp``: what the emulated SDK's Python modules read (memory statistics, the default generator).
+  operator with the CPU's own kernel on zero-copy aliases of the same memory; the identity of lazy mode's graphs;
+- ``csrc/module.cpp``: what the emulated SDK's Python modules read (memory statistics, the default generator) and the
+  listeners they set (the operators Gaudi runs on its CPU fallback, lazy mode's graphs).
 
 It is compiled on first use and cached (:func:`load`, :func:`cache_dir`). It depends on nothing above it: the
 emulated SDK modules use it, never the other way round.

@@ -2,7 +2,7 @@
 //
 // runtime/  allocator with exact accounting, device guard with the SDK's index rule, hooks, generator, pinned memory
 // aten/     native factories, views, copies and resizes; a boxed fallback that runs every other ATen operator with the
-//           backing device's own kernel on zero-copy aliases of the same memory
+//           backing device's own kernel on zero-copy aliases of the same memory; lazy mode's graph identity
 // module.cpp  the small Python surface the emulator's habana_frameworks modules sit on
 #pragma once
 
