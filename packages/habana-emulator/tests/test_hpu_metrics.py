@@ -229,6 +229,27 @@ def test_in_lazy_mode_each_new_graph_compiles_once_and_a_repeated_step_hits_the_
     assert value == pytest.approx(3 * model.weight.sum().item(), rel=1e-5)
 
 
+_RECIPE_CACHE_SCRIPT = """
+import torch
+import habana_frameworks.torch.core as htcore
+from habana_frameworks.torch.hpu.metrics import metric_localcontext
+with metric_localcontext("recipe_cache") as cache:
+    for rows in (4, 4, 2, 4):
+        (torch.ones(rows, device="hpu") * 3).sum()
+        htcore.mark_step()
+stats = dict(cache.stats())
+print(stats["TotalHit"], stats["TotalMiss"], sorted(stats["RecipeHit"].values()), sorted(stats["RecipeMiss"].values()))
+"""
+
+
+def test_recipe_cache_metrics_count_a_hit_or_a_miss_per_lazy_mode_graph() -> None:
+    env = script_env(LIGHTNING_ACCEL_EMULATE="hpu", PT_HPU_LAZY_MODE="1", PT_HPU_ENABLE_CACHE_METRICS="1")
+    done = subprocess.run([PYTHON, "-c", _RECIPE_CACHE_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    # Four steps of two graph shapes: the 4-row graph misses once and hits twice, the 2-row graph misses once.
+    assert done.stdout.split("\n")[-2] == "2 2 [2] [1, 1]"
+
+
 def _fallbacks() -> dict[str, object]:
     from lightning_accel.habana_emulator.hpu.metrics import metric_global
 

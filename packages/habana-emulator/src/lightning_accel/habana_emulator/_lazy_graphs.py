@@ -4,7 +4,9 @@ In lazy mode (``PT_HPU_LAZY_MODE=1``) the bridge accumulates the operators issue
 graph and compiles it when the step is marked (``htcore.mark_step()``, an HPU graph's capture begin, end and replay) or
 when the host reads a result (``tensor.item()``, ``tensor.cpu()``), unless its recipe cache already holds that graph.
 Each compilation emits ``GRAPH_COMPILE`` (gaudi-pytorch-bridge 1.19.0, ``backend/synapse_helpers/graph.cpp:612-620``),
-which ``metric_global("graph_compilation")`` counts and ``detect_recompilation_auto_model`` reads.
+which ``metric_global("graph_compilation")`` counts and ``detect_recompilation_auto_model`` reads; each lookup of the
+recipe cache emits ``CACHE_HIT`` or ``CACHE_MISS`` (``metric_global("recipe_cache")`` with
+``PT_HPU_ENABLE_CACHE_METRICS=1``).
 
 The emulated device records the identity of the graph being built (each operator, with the shapes and dtypes of its
 tensors, in order) and reports it when the graph ends; this module is the cache: a graph not seen before in this
@@ -28,12 +30,14 @@ _cached: set[int] = set()
 
 def _on_graph(identity: int, operators: int) -> None:
     with _lock:
-        if identity in _cached:
-            return
+        hit = identity in _cached
         _cached.add(identity)
     from .hpu.metrics import metrics
 
-    metrics._record_graph_compilation(f"lazy_graph_{identity:016x}_{operators}_ops", 0)
+    # As the bridge's launch (hpu_habana_launch_op_pt.cpp:4914-4972): a cache lookup, then a compilation on a miss.
+    metrics._record_recipe_lookup(str(identity), hit)
+    if not hit:
+        metrics._record_graph_compilation(f"lazy_graph_{identity:016x}_{operators}_ops", 0)
 
 
 def install(lazy: bool) -> None:

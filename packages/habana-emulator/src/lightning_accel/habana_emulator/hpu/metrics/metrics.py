@@ -17,7 +17,10 @@ and the emulator emits the events where it does the same work:
 * ``memory_defragmentation`` (``TotalNumber``, ``TotalSuccessful``, ``AvgTime``, ``MaxTime``): the emulated device
   memory is host memory and is never defragmented: always zero.
 * ``recipe_cache`` (``TotalHit``, ``RecipeHit``, ``TotalMiss``, ``RecipeMiss``), registered only with
-  ``PT_HPU_ENABLE_CACHE_METRICS=1`` as on the SDK: the emulator has no recipe cache: always zero.
+  ``PT_HPU_ENABLE_CACHE_METRICS=1`` as on the SDK: the bridge emits ``CACHE_HIT`` or ``CACHE_MISS`` at each recipe
+  lookup (``backend/kernel/hpu_habana_launch_op_pt.cpp:4914-4972``), eager mode's per-operator recipes and graphs
+  alike; the emulator emits them for lazy mode's graphs (``_lazy_graphs``, keyed by the graph's identity), not for
+  eager operators.
 
 Example:
     >>> from habana_frameworks.torch.hpu.metrics import metric_global, metric_localcontext
@@ -96,6 +99,11 @@ def _emit(event: str, params: Sequence[tuple[str, str]]) -> None:
 def _record_graph_compilation(recipe: str, duration_us: int) -> None:
     """Emulator only: report one graph compilation (what the bridge's ``GRAPH_COMPILE`` event carries)."""
     _emit(_GRAPH_COMPILATION, [("duration", str(int(duration_us))), ("recipe", recipe)])
+
+
+def _record_recipe_lookup(recipe_id: str, hit: bool) -> None:
+    """Emulator only: report one lookup of the recipe cache (the bridge's ``CACHE_HIT`` / ``CACHE_MISS`` event)."""
+    _emit(_CACHE_HIT if hit else _CACHE_MISS, [("recipe_id", recipe_id)])
 
 
 def _record_cpu_fallback(op_name: str) -> None:
