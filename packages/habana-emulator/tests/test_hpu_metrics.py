@@ -229,6 +229,22 @@ def test_in_lazy_mode_each_new_graph_compiles_once_and_a_repeated_step_hits_the_
     assert value == pytest.approx(3 * model.weight.sum().item(), rel=1e-5)
 
 
+@isolated
+def test_in_lazy_mode_integer_arguments_shape_the_graph_and_floating_point_values_do_not(lazy_mode: None) -> None:
+    from lightning_accel.habana_emulator import core as htcore
+
+    x = torch.ones(4, 4, device="hpu")
+    htcore.mark_step()
+    per_step = []
+    for dim, scale in ((0, 0.1), (0, 0.2), (1, 0.3), (1, 0.1), (0, 0.5)):
+        before = _compilations()
+        (x.sum(dim) * scale).add_(x[0], alpha=scale)
+        htcore.mark_step()
+        per_step.append(_compilations() - before)
+    # Another reduced dimension is another graph; another scale is data fed to the same graph.
+    assert per_step == [1, 0, 1, 0, 0]
+
+
 _RECIPE_CACHE_SCRIPT = """
 import torch
 import habana_frameworks.torch.core as htcore

@@ -9,11 +9,11 @@ recipe cache emits ``CACHE_HIT`` or ``CACHE_MISS`` (``metric_global("recipe_cach
 ``PT_HPU_ENABLE_CACHE_METRICS=1``).
 
 The emulated device records the identity of the graph being built (each operator, with the shapes and dtypes of its
-tensors, in order) and reports it when the graph ends; this module is the cache: a graph not seen before in this
-process counts one compilation. So a new batch size, or a branch taken for the first time, compiles, and the same
-step again does not. Where it differs from Gaudi: scalar arguments are not part of the identity, the cache is the
-process's own (``PT_HPU_RECIPE_CACHE_CONFIG``'s disk cache is not read), and the compilation time is reported as 0
-(nothing is compiled here).
+tensors and its integer arguments, in order; floating-point values are data) and reports it when the graph ends;
+this module is the cache: a graph not seen before in this process counts one compilation. So a new batch size, or a
+branch taken for the first time, compiles, and the same step again does not. Where it differs from Gaudi: the
+bridge's key holds more (layouts, permutations), the cache is the process's own (``PT_HPU_RECIPE_CACHE_CONFIG``'s
+disk cache is not read), and the compilation time is reported as 0 (nothing is compiled here).
 """
 
 from __future__ import annotations

@@ -85,8 +85,9 @@ using FallbackHandler = std::function<std::optional<std::string>(const std::stri
 void set_fallback_listener(std::unordered_set<std::string> operators_with_kernels, FallbackHandler handler);
 
 // --- aten/LazyGraph.cpp ---------------------------------------------------------------------------------------
-// Lazy mode's graphs: the operators issued since the graph began, as one 64-bit identity (each operator and the
-// shapes and dtypes of its tensors, in order), handed to the listener with the operator count when the graph ends.
+// Lazy mode's graphs: the operators issued since the graph began, as one 64-bit identity (each operator, the shapes
+// and dtypes of its tensors and its integer arguments, in order), handed to the listener with the operator count
+// when the graph ends.
 using LazyGraphHandler = std::function<void(uint64_t identity, int64_t operators)>;
 // Adds one operator to the graph being built (nothing while no listener is set, as in eager mode).
 void record_lazy_operator(const void* op, c10::ArrayRef<c10::IValue> arguments);

@@ -7,8 +7,10 @@
 #include <c10/util/hash.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <utility>
 
 namespace lightning_accel::hpu {
@@ -40,6 +42,23 @@ uint64_t mix_argument(uint64_t seed, const c10::IValue& value) {
   if (value.isTensor()) {
     return mix_tensor(seed, value.toTensor());
   }
+  // Integers, flags and names shape the graph (a reduction's dimensions, an expand's sizes, a mode); floating-point
+  // values are data, which the bridge feeds to a graph as inputs (Scalars become tensors, scripts/hpu_op.yaml).
+  if (value.isInt()) {
+    return mix(seed, static_cast<uint64_t>(value.toInt()));
+  }
+  if (value.isBool()) {
+    return mix(seed, value.toBool() ? 3 : 2);
+  }
+  if (value.isString()) {
+    return mix(seed, std::hash<std::string_view>{}(value.toStringView()));
+  }
+  if (value.isIntList()) {
+    for (const auto element : value.toIntList()) {
+      seed = mix(seed, static_cast<uint64_t>(element));
+    }
+    return seed;
+  }
   if (value.isTensorList()) {
     for (const at::Tensor& tensor : value.toTensorList()) {
       seed = mix_tensor(seed, tensor);
@@ -64,8 +83,8 @@ void record_lazy_operator(const void* op, c10::ArrayRef<c10::IValue> arguments) 
   if (!recording.load(std::memory_order_relaxed)) {
     return;
   }
-  // Scalars are left out: the key is the structure and the tensor shapes, which is what makes a graph new in the
-  // usual case (a batch of another size); the bridge's own key holds more.
+  // The key is the structure: operators, tensor shapes and dtypes, integer arguments; what makes a graph new in the
+  // usual case (a batch of another size, another branch). The bridge's own key holds more (layouts, permutations).
   uint64_t step = mix(kEmpty, reinterpret_cast<uintptr_t>(op));
   for (const auto& argument : arguments) {
     step = mix_argument(step, argument);
