@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+import gc
 import json
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -217,9 +219,13 @@ def test_habana_profile_set_is_said_when_profiling_starts(tmp_path: Path, monkey
         trainer.fit(digits_classifier(), digits_loaders()[0])
 
 
-def test_a_dirpath_that_is_a_file_is_refused(tmp_path: Path) -> None:
+def test_a_dirpath_that_is_a_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     (tmp_path / "traces").write_text("not a directory")
     with pytest.raises(
         ConfigurationError, match=r"HPUProfiler\(dirpath='.*traces'\) is a file\. Accepted: a directory"
     ):
         HPUProfiler(dirpath=tmp_path / "traces")
+    gc.collect()
+    assert unraisable == []  # the refused profiler is collected quietly: Lightning's __del__ finds what it reads

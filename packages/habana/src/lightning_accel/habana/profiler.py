@@ -149,14 +149,16 @@ class HPUProfiler(PyTorchProfiler):
     """
 
     def __init__(self, dirpath: str | Path | None = None, filename: str | None = None, **kwargs: Any) -> None:
+        requested = kwargs.get("activities")
+        self._requested_activities = None if requested is None else list(requested)
+        # Checked after Lightning's __init__, which sets up what its __del__ reads: refused, the object is still
+        # collected quietly.
+        super().__init__(dirpath=dirpath, filename=filename, **kwargs)
         if dirpath is not None and os.path.exists(dirpath) and not os.path.isdir(dirpath):
             raise ConfigurationError(
                 f"HPUProfiler(dirpath={str(dirpath)!r}) is a file. Accepted: a directory (created when missing), or "
                 "None for the Trainer's log directory. Fix: pass a directory path, or move the file away."
             )
-        requested = kwargs.get("activities")
-        self._requested_activities = None if requested is None else list(requested)
-        super().__init__(dirpath=dirpath, filename=filename, **kwargs)
 
     def _create_profilers(self) -> None:
         # By now the accelerator has loaded the SDK, which may have swapped torch.profiler's activity enum.
