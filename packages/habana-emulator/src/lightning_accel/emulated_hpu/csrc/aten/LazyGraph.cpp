@@ -1,7 +1,8 @@
 // Lazy mode's graphs. On Gaudi in lazy mode the operators issued between two step marks build one graph, which the
 // bridge compiles when the step is marked, or earlier when the host reads a result, unless its recipe cache holds the
-// same graph already. The device keeps the identity of the graph being built (each operator and the shapes and dtypes
-// of its tensors, in order) and hands it to a listener when the graph ends; the emulated SDK keeps the cache.
+// same graph already. The device keeps the identity of the graph being built (each operator, the shapes and dtypes
+// of its tensors and its integer arguments, in order) and hands it to a listener when the graph ends; the emulated
+// SDK keeps the cache.
 #include "../HPUDevice.h"
 
 #include <c10/util/hash.h>
