@@ -402,10 +402,15 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                             ("DDPStrategy", "_ddp_kwargs"))
     ),
     *(
-        PrivateName(f"lightning.{tree}.strategies:FSDPStrategy", name, "instance_attribute", None, "read",
-                    ("lightning_accel.habana._from_lightning", f"lightning_accel.habana.{module}"))
-        for tree, module in (("pytorch", "strategies.fsdp"), ("fabric", "fabric.fsdp"))
-        for name in ("_state_dict_type", "_activation_checkpointing_kwargs")
+        PrivateName(f"lightning.{tree}.strategies:FSDPStrategy", "_activation_checkpointing_kwargs",
+                    "instance_attribute", None, "read", ("lightning_accel.habana._from_lightning",))
+        for tree in ("pytorch", "fabric")
+    ),
+    # Lightning's FSDP constructor stores state_dict_type here; the HPU strategies' property checks what it stores.
+    *(
+        PrivateName(f"lightning.{tree}.strategies:FSDPStrategy", "_state_dict_type", "instance_attribute", None,
+                    "overridden", ("lightning_accel.habana._from_lightning", "lightning_accel.habana._fsdp_strategy"))
+        for tree in ("pytorch", "fabric")
     ),
     PrivateName("lightning.pytorch.strategies:DDPStrategy", "_model_averaging_period", "instance_attribute", None,
                 "read", ("lightning_accel.habana._from_lightning",)),

@@ -1,23 +1,24 @@
 """The HPU part of Lightning's ``FSDPStrategy``, written once for the Trainer's and Fabric's ``HPUFSDPStrategy``.
 
 As ``lightning.pytorch.strategies.fsdp`` reuses the helpers of ``lightning.fabric.strategies.fsdp``, the two HPU
-classes share this mixin and keep only what their trees name differently: the constructor's typed signature
-(Lightning's own, per tree, which LightningCLI reads; its body is ``self._init_on_hpus(locals())``), the name of the
-precision attribute (``precision_plugin`` / ``precision``, made by :func:`hpu_fsdp_precision`), how the process group
-is joined and where FSDP's keyword arguments are kept. Lightning-free: each tree's names are given by the class that
-uses it.
+classes share this mixin and keep only what their trees name differently: the name of the precision attribute
+(``precision_plugin`` / ``precision``, made by :func:`hpu_fsdp_precision`), how the process group is joined and where
+FSDP's keyword arguments are kept. Neither defines a constructor: each takes its tree's ``FSDPStrategy`` signature
+unchanged (what mypy, IDEs and LightningCLI read, and what a new Lightning argument reaches), and the HPU checks hang
+on what that constructor sets (``state_dict_type`` here, the backend in :class:`HCCLStrategyMixin`). Lightning-free:
+each tree's names are given by the class that uses it.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
 
 from ._devices import parallel_root_device
 from ._from_lightning import rebuild_fsdp
 from ._fsdp import build_device_mesh, check_state_dict_type, fsdp_device, hpu_precision_plugin, refuse_lazy_mode
-from ._hccl_strategy import HCCLStrategyMixin, lightning_arguments
+from ._hccl_strategy import HCCLStrategyMixin
 
 __all__ = ["FSDPOnHPUs", "hpu_fsdp_precision"]
 
@@ -56,15 +57,20 @@ class FSDPOnHPUs(HCCLStrategyMixin):
         """
         return rebuild_fsdp(cls, strategy, cls._precision_argument)  # type: ignore[attr-defined]
 
-    def _init_on_hpus(self, constructor_locals: dict[str, Any]) -> None:
-        """Lightning's ``FSDPStrategy.__init__`` with the twin's arguments (its ``locals()``), checked for HPUs.
+    @property
+    def _state_dict_type(self) -> Literal["full", "sharded"]:
+        return self.__dict__["_hpu_state_dict_type"]
 
-        Raises:
-            ValueError: For a ``state_dict_type`` other than ``"full"`` or ``"sharded"``.
-        """
-        check_state_dict_type(constructor_locals["state_dict_type"])
-        super().__init__(**lightning_arguments(constructor_locals))
-        self._full = constructor_locals["state_dict_type"] == "full"
+    @_state_dict_type.setter
+    def _state_dict_type(self, state_dict_type: Literal["full", "sharded"]) -> None:
+        # Lightning's constructor stores the argument here and checks it only when a checkpoint is saved; refused
+        # here, a bad value fails where the strategy is built.
+        check_state_dict_type(state_dict_type)
+        self.__dict__["_hpu_state_dict_type"] = state_dict_type
+
+    @property
+    def _full(self) -> bool:
+        return self._state_dict_type == "full"
 
     @property
     def root_device(self) -> torch.device:

@@ -13,6 +13,8 @@ Every multi-HPU strategy of lightning-accel is a Lightning strategy (``DDPStrate
   for any non-CPU device, but on Gaudi the root device is ``torch.device("hpu")`` without an index (the runtime
   gives each process its module), and torch refuses an index-less ``device_id`` ("Please use a device_id with
   index", ``torch.distributed.distributed_c10d.init_process_group``); the archived lightning-habana left it out too;
+- the backend: HCCL's where ``process_group_backend`` is None, the default of the Lightning constructors the HPU
+  strategies take unchanged;
 - DDP must not pin device ids;
 - reductions with the operations HCCL supports (no average: the mean is sum / world size);
 - teardown restores the environment variables the HPU set-up wrote;
@@ -37,24 +39,7 @@ from ._collectives import all_reduce
 from ._devices import parallel_root_device
 from ._distributed_env import HCCLEnvironment, forget_sdk_rendezvous_defaults
 
-__all__ = ["HCCLStrategyMixin", "lightning_arguments"]
-
-
-def lightning_arguments(constructor_locals: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments for Lightning's constructor, from ``locals()`` at the top of an HPU strategy's own.
-
-    Each HPU strategy repeats its Lightning class's typed signature, so that LightningCLI, jsonargparse and IDEs see
-    every argument; this hands them all on, with the extra ``**kwargs`` spread and the SDK's backend ("hccl") where
-    ``process_group_backend`` is None.
-
-    Example:
-        >>> lightning_arguments({"self": None, "timeout": None, "process_group_backend": None, "kwargs": {"x": 1}})
-        {'timeout': None, 'process_group_backend': 'hccl', 'x': 1}
-    """
-    arguments = {k: v for k, v in constructor_locals.items() if k not in ("self", "__class__", "kwargs")}
-    if "process_group_backend" in arguments:
-        arguments["process_group_backend"] = arguments["process_group_backend"] or sdk.distributed_backend()
-    return {**arguments, **constructor_locals.get("kwargs", {})}
+__all__ = ["HCCLStrategyMixin"]
 
 
 class HCCLStrategyMixin(RequiresHPUAccelerator):
@@ -79,6 +64,11 @@ class HCCLStrategyMixin(RequiresHPUAccelerator):
         if hccl is None:
             hccl = self.__dict__["_hccl_environment"] = HCCLEnvironment()
         return hccl
+
+    @property
+    def process_group_backend(self) -> str:
+        """The ``torch.distributed`` backend: the one given, or the SDK's (``"hccl"``) where none was."""
+        return self._process_group_backend or sdk.distributed_backend()
 
     @property
     def root_device(self) -> torch.device:
@@ -115,8 +105,7 @@ class HCCLStrategyMixin(RequiresHPUAccelerator):
         self._hccl.initialize(world_size, global_rank, local_rank)
         # In a rank (or under SLURM, where nobody launched the ranks in this process) the SDK may have loaded since.
         forget_sdk_rendezvous_defaults()
-        backend = self._process_group_backend or sdk.distributed_backend()
-        init_dist_connection(self.cluster_environment, backend, timeout=self._timeout)
+        init_dist_connection(self.cluster_environment, self.process_group_backend, timeout=self._timeout)
 
     def setup_distributed(self) -> None:
         """(Trainer) Join the ``"hccl"`` process group as Lightning's DDP does, without an index-less ``device_id``."""

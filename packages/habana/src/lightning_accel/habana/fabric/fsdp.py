@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
-from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
-from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.fabric.plugins.precision import FSDPPrecision, Precision
 from lightning.fabric.strategies import FSDPStrategy
 from typing_extensions import override
@@ -22,11 +20,6 @@ from ..checkpoint_io import HPUCheckpointIO
 from .fsdp_precision import HPUFSDPPrecision
 
 if TYPE_CHECKING:
-    from lightning.fabric.accelerators import Accelerator
-    from lightning.fabric.plugins import ClusterEnvironment
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
-
     from lightning_accel.core.compat import PathType
 
 __all__ = ["HPUFSDPStrategy"]
@@ -59,26 +52,6 @@ class HPUFSDPStrategy(StagedFabricCheckpoints, FSDPOnHPUs, FSDPStrategy):
     _precision_argument = "precision"
     _plugin_classes = (HPUFSDPPrecision, FSDPPrecision, Precision)
     precision = hpu_fsdp_precision("_precision")
-
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        precision: Precision | None = None,
-        process_group_backend: str | None = "hccl",
-        timeout: timedelta | None = default_pg_timeout,
-        cpu_offload: bool | CPUOffload | None = None,
-        mixed_precision: MixedPrecision | None = None,
-        auto_wrap_policy: set[type[torch.nn.Module]] | Callable[..., bool] | Any | None = None,
-        activation_checkpointing: type[torch.nn.Module] | list[type[torch.nn.Module]] | None = None,
-        activation_checkpointing_policy: set[type[torch.nn.Module]] | Callable[..., bool] | Any | None = None,
-        sharding_strategy: ShardingStrategy | str = "FULL_SHARD",
-        state_dict_type: Literal["full", "sharded"] = "sharded",
-        device_mesh: tuple[int, int] | DeviceMesh | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._init_on_hpus(locals())
 
     def _join_process_group(self) -> dict[str, Any]:
         self._setup_distributed()

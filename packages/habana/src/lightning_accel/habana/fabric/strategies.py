@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
-from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from typing_extensions import override
 
 from .._accelerator_check import RequiresHPUAccelerator
 from .._devices import RootDevice
 from .._from_lightning import lightning_ddp_arguments
-from .._hccl_strategy import HCCLStrategyMixin, lightning_arguments
+from .._hccl_strategy import HCCLStrategyMixin
 from .._lazy import MarkStepAfterUpdates
 from .._strategy_defaults import HPUCheckpointIODefault
 from .precision import HPUPrecision
 
 if TYPE_CHECKING:
     from lightning.fabric.accelerators import Accelerator
-    from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment, Precision
+    from lightning.fabric.plugins import CheckpointIO, Precision
 
 __all__ = ["HPUParallelStrategy", "SingleHPUStrategy"]
 
@@ -95,20 +93,6 @@ class HPUParallelStrategy(
     """
 
     strategy_name = "hpu_parallel"
-
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-        process_group_backend: str | None = "hccl",
-        timeout: timedelta | None = default_pg_timeout,
-        start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**lightning_arguments(locals()))
 
     @classmethod
     def from_lightning_strategy(cls, strategy: DDPStrategy) -> HPUParallelStrategy:

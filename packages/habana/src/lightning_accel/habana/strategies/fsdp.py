@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from contextlib import contextmanager, nullcontext
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
-from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.plugins.precision import FSDPPrecision, Precision
 from lightning.pytorch.strategies import FSDPStrategy
@@ -23,10 +21,6 @@ from ..fsdp_precision import HPUFSDPPrecision
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
-    from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
-    from lightning.pytorch.accelerators import Accelerator
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
     from torch.optim import Optimizer
 
 __all__ = ["HPUFSDPStrategy"]
@@ -37,12 +31,13 @@ class HPUFSDPStrategy(StagedCheckpoints, FSDPOnHPUs, HPUCheckpointIODefault, FSD
 
     Each rank keeps a shard of the parameters, gradients and optimizer state (with ``"FULL_SHARD"``, about
     1/world size of them) and gathers the full parameters of a wrapped module only while it runs. Lightning's FSDP
-    strategy does the work; this class adds what differs on Gaudi: the ``"hccl"`` process group (joined without an
-    index-less ``device_id``, see :class:`~lightning_accel.habana.distributed.HCCLStrategyMixin`), the HPU torch FSDP
-    shards onto (``hpu:0``: each process drives one card), :class:`HPUFSDPPrecision` for ``precision=``, and
-    checkpoints written aside and swapped in once every rank has written (a folder of shards with ``"sharded"``, a file
-    through :class:`~lightning_accel.habana.HPUCheckpointIO` with ``"full"``), so a kill during a save leaves a whole
-    checkpoint (:class:`~lightning_accel.core.checkpoint_swap.StagedCheckpoints`).
+    strategy does the work, with its constructor and arguments unchanged; this class adds what differs on Gaudi: the
+    ``"hccl"`` process group (joined without an index-less ``device_id``, see
+    :class:`~lightning_accel.habana.distributed.HCCLStrategyMixin`), the HPU torch FSDP shards onto (``hpu:0``: each
+    process drives one card), :class:`HPUFSDPPrecision` for ``precision=``, and checkpoints written aside and swapped
+    in once every rank has written (a folder of shards with ``"sharded"``, a file through
+    :class:`~lightning_accel.habana.HPUCheckpointIO` with ``"full"``), so a kill during a save leaves a whole checkpoint
+    (:class:`~lightning_accel.core.checkpoint_swap.StagedCheckpoints`).
     Intel Gaudi runs FSDP in eager mode only: the strategy refuses to start in lazy mode (``PT_HPU_LAZY_MODE=1``).
 
     Args:
@@ -53,7 +48,7 @@ class HPUFSDPStrategy(StagedCheckpoints, FSDPOnHPUs, HPUCheckpointIODefault, FSD
         checkpoint_io: Checkpoint I/O of ``state_dict_type="full"``; :class:`HPUCheckpointIO` by default.
         precision_plugin: :class:`HPUFSDPPrecision`; Lightning's plugin for ``precision="bf16-mixed"`` or
             ``"32-true"`` becomes one. Other plugins are refused.
-        process_group_backend: The ``torch.distributed`` backend; ``"hccl"``.
+        process_group_backend: The ``torch.distributed`` backend: HCCL's ``"hccl"`` where it is None (the default).
         timeout: Timeout of collective operations.
         cpu_offload: Keep parameters (and gradients) on the host between uses: ``True`` or a
             :class:`~torch.distributed.fsdp.CPUOffload`.
@@ -86,27 +81,6 @@ class HPUFSDPStrategy(StagedCheckpoints, FSDPOnHPUs, HPUCheckpointIODefault, FSD
     precision_plugin = hpu_fsdp_precision("_precision_plugin")
     # Its own list: Lightning refuses names in FSDPStrategy's list unless the accelerator is CUDA.
     _registered_strategies: list[str] = []  # noqa: RUF012
-
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: Precision | None = None,
-        process_group_backend: str | None = "hccl",
-        timeout: timedelta | None = default_pg_timeout,
-        cpu_offload: bool | CPUOffload | None = None,
-        mixed_precision: MixedPrecision | None = None,
-        auto_wrap_policy: set[type[torch.nn.Module]] | Callable[..., bool] | Any | None = None,
-        activation_checkpointing: type[torch.nn.Module] | list[type[torch.nn.Module]] | None = None,
-        activation_checkpointing_policy: set[type[torch.nn.Module]] | Callable[..., bool] | Any | None = None,
-        sharding_strategy: ShardingStrategy | str = "FULL_SHARD",
-        state_dict_type: Literal["full", "sharded"] = "full",
-        device_mesh: tuple[int, int] | DeviceMesh | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._init_on_hpus(locals())
 
     def _join_process_group(self) -> dict[str, Any]:
         self.setup_distributed()

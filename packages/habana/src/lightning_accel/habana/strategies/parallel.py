@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
-from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.strategies import DDPStrategy
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
@@ -15,15 +12,13 @@ from typing_extensions import override
 from lightning_accel.core.compat import register_ddp_comm_hook
 
 from .._from_lightning import lightning_ddp_arguments
-from .._hccl_strategy import HCCLStrategyMixin, lightning_arguments
+from .._hccl_strategy import HCCLStrategyMixin
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from .._strategy_defaults import HPUCheckpointIODefault
 from ._precision import HPUPrecisionSetter
 
 if TYPE_CHECKING:
-    from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
-    from lightning.pytorch.accelerators import Accelerator
-    from lightning.pytorch.plugins.precision import Precision
+    pass
 
 __all__ = ["HPUParallelStrategy"]
 
@@ -42,7 +37,8 @@ class HPUParallelStrategy(
     ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``; torchrun; SLURM). ``reduce`` supports sum, mean,
     min and max. Evaluation runs under ``torch.no_grad``. The HPU set-up, the process group (joined without an
     index-less ``device_id``), reductions and teardown come from
-    :class:`~lightning_accel.habana.distributed.HCCLStrategyMixin`; a non-HPU accelerator is refused.
+    :class:`~lightning_accel.habana.distributed.HCCLStrategyMixin`; a non-HPU accelerator is refused. The constructor
+    and its arguments are Lightning's ``DDPStrategy``'s, unchanged.
 
     Args:
         accelerator: The accelerator (normally set by the Trainer).
@@ -52,7 +48,7 @@ class HPUParallelStrategy(
         checkpoint_io: Checkpoint I/O; :class:`HPUCheckpointIO` by default.
         precision_plugin: Precision plugin; Lightning's plugin for ``precision=`` becomes an
             :class:`~lightning_accel.habana.HPUPrecisionPlugin`.
-        process_group_backend: The ``torch.distributed`` backend; ``"hccl"``.
+        process_group_backend: The ``torch.distributed`` backend: HCCL's ``"hccl"`` where it is None (the default).
         timeout: Timeout of collective operations.
         start_method: How Lightning starts the processes of this node (``"popen"`` re-runs the script).
         ddp_comm_state: The state of ``ddp_comm_hook``, as for Lightning's ``DDPStrategy``.
@@ -72,24 +68,6 @@ class HPUParallelStrategy(
     """
 
     strategy_name = "hpu_parallel"
-
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision_plugin: Precision | None = None,
-        ddp_comm_state: object | None = None,
-        ddp_comm_hook: Callable[..., Any] | None = None,
-        ddp_comm_wrapper: Callable[..., Any] | None = None,
-        model_averaging_period: int | None = None,
-        process_group_backend: str | None = "hccl",
-        timeout: timedelta | None = default_pg_timeout,
-        start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**lightning_arguments(locals()))
 
     @classmethod
     def from_lightning_strategy(cls, strategy: DDPStrategy) -> HPUParallelStrategy:
