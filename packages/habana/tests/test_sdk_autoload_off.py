@@ -29,6 +29,12 @@ import lightning_accel.habana
 trainer = L.Trainer(accelerator="hpu", devices=1, **quiet)
 trainer.fit(BoringModel())
 print("TRAINED ON", trainer.strategy.root_device, "AFTER THE EXPLICIT IMPORT")
+# Reported: leave without the interpreter's teardown. Within milliseconds of the last backward, torch 2.13's HPU
+# autograd thread can still hold that backward's stashed context and abort the process while Python finalizes
+# ("terminate called without an active exception", pytorch/pytorch#180701; docs/troubleshooting.md).
+import os, sys
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 """
 
 
