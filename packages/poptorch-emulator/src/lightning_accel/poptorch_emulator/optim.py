@@ -74,8 +74,11 @@ class VariableAttributes:
 
 
 def _split_arguments(arguments: dict[str, Any], device_only: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
-    """The torch optimizer's arguments the user passed, and the names of every argument passed (the variable ones)."""
-    given = {name: value for name, value in arguments.items() if value is not None}
+    """The torch optimizer's arguments the user passed, and the names of every argument passed (the variable ones).
+
+    ``arguments`` is the constructor's ``locals()``, taken before any other local exists.
+    """
+    given = {name: value for name, value in arguments.items() if name != "self" and value is not None}
     return {name: value for name, value in given.items() if name not in device_only}, list(given)
 
 
@@ -175,26 +178,7 @@ class SGD(Optimizer, torch.optim.SGD):
         velocity_accum_type: torch.dtype | None = None,
         max_grad_norm: float | None = None,
     ) -> None:
-        torch_args, variables = _split_arguments(
-            {
-                "params": params,
-                "lr": lr,
-                "momentum": momentum,
-                "dampening": dampening,
-                "weight_decay": weight_decay,
-                "nesterov": nesterov,
-                "maximize": maximize,
-                "foreach": foreach,
-                "differentiable": differentiable,
-                "loss_scaling": loss_scaling,
-                "velocity_scaling": velocity_scaling,
-                "use_combined_accum": use_combined_accum,
-                "accum_type": accum_type,
-                "velocity_accum_type": velocity_accum_type,
-                "max_grad_norm": max_grad_norm,
-            },
-            SGD._child_only,
-        )
+        torch_args, variables = _split_arguments(locals(), SGD._child_only)
         Optimizer.__init__(self)
         torch.optim.SGD.__init__(self, **torch_args)
         self.loss_scaling = 1.0 if loss_scaling is None else loss_scaling
@@ -257,27 +241,7 @@ class Adam(Optimizer, torch.optim.Adam):
         second_order_momentum_accum_type: torch.dtype | None = None,
         max_grad_norm: float | None = None,
     ) -> None:
-        torch_args, variables = _split_arguments(
-            {
-                "params": params,
-                "lr": lr,
-                "betas": betas,
-                "eps": eps,
-                "weight_decay": weight_decay,
-                "amsgrad": amsgrad,
-                "foreach": foreach,
-                "maximize": maximize,
-                "capturable": capturable,
-                "differentiable": differentiable,
-                "fused": fused,
-                "loss_scaling": loss_scaling,
-                "accum_type": accum_type,
-                "first_order_momentum_accum_type": first_order_momentum_accum_type,
-                "second_order_momentum_accum_type": second_order_momentum_accum_type,
-                "max_grad_norm": max_grad_norm,
-            },
-            Adam._child_only,
-        )
+        torch_args, variables = _split_arguments(locals(), Adam._child_only)
         Optimizer.__init__(self)
         torch.optim.Adam.__init__(self, **torch_args)
         _init_adaptive(
@@ -343,28 +307,7 @@ class AdamW(Optimizer, torch.optim.AdamW):
         second_order_momentum_accum_type: torch.dtype | None = None,
         max_grad_norm: float | None = None,
     ) -> None:
-        torch_args, variables = _split_arguments(
-            {
-                "params": params,
-                "lr": lr,
-                "betas": betas,
-                "eps": eps,
-                "weight_decay": weight_decay,
-                "amsgrad": amsgrad,
-                "maximize": maximize,
-                "foreach": foreach,
-                "capturable": capturable,
-                "differentiable": differentiable,
-                "fused": fused,
-                "loss_scaling": loss_scaling,
-                "bias_correction": bias_correction,
-                "accum_type": accum_type,
-                "first_order_momentum_accum_type": first_order_momentum_accum_type,
-                "second_order_momentum_accum_type": second_order_momentum_accum_type,
-                "max_grad_norm": max_grad_norm,
-            },
-            AdamW._child_only,
-        )
+        torch_args, variables = _split_arguments(locals(), AdamW._child_only)
         Optimizer.__init__(self)
         torch.optim.AdamW.__init__(self, **torch_args)
         _init_adaptive(
@@ -418,26 +361,7 @@ class RMSprop(Optimizer, torch.optim.RMSprop):
         second_order_momentum_accum_type: torch.dtype | None = None,
         use_tf_variant: bool | None = None,
     ) -> None:
-        torch_args, variables = _split_arguments(
-            {
-                "params": params,
-                "lr": lr,
-                "alpha": alpha,
-                "eps": eps,
-                "weight_decay": weight_decay,
-                "momentum": momentum,
-                "centered": centered,
-                "foreach": foreach,
-                "maximize": maximize,
-                "differentiable": differentiable,
-                "loss_scaling": loss_scaling,
-                "accum_type": accum_type,
-                "first_order_momentum_accum_type": first_order_momentum_accum_type,
-                "second_order_momentum_accum_type": second_order_momentum_accum_type,
-                "use_tf_variant": use_tf_variant,
-            },
-            RMSprop._child_only,
-        )
+        torch_args, variables = _split_arguments(locals(), RMSprop._child_only)
         Optimizer.__init__(self)
         torch.optim.RMSprop.__init__(self, **torch_args)
         _init_adaptive(
