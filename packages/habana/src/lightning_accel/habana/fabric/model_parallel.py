@@ -13,7 +13,6 @@ from typing_extensions import override
 from lightning_accel.core.checkpoint_swap import StagedFabricCheckpoints
 from lightning_accel.core.errors import ConfigurationError
 
-from .. import sdk
 from .._model_parallel import ModelParallelOnHPUs, sum_gradient_reductions
 from .strategies import _HPUPrecisionSetter
 
@@ -81,7 +80,7 @@ class HPUModelParallelStrategy(
             data_parallel_size=data_parallel_size,
             tensor_parallel_size=tensor_parallel_size,
             save_distributed_checkpoint=save_distributed_checkpoint,
-            process_group_backend=process_group_backend or sdk.distributed_backend(),
+            process_group_backend=process_group_backend,
             timeout=timeout,
         )
         self._carry_over(accelerator, parallel_devices, cluster_environment, precision)

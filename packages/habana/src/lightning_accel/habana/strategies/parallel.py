@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from lightning.pytorch.strategies import DDPStrategy
@@ -16,9 +16,6 @@ from .._hccl_strategy import HCCLStrategyMixin
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from .._strategy_defaults import HPUCheckpointIODefault
 from ._precision import HPUPrecisionSetter
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["HPUParallelStrategy"]
 
