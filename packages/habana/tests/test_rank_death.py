@@ -1,4 +1,8 @@
-"""A rank of a two-HPU run dies by SIGKILL: the run stops, says which rank died and how, and leaves no process."""
+"""A rank of a two-HPU run dies by SIGKILL: the run stops, says which rank died and how, and leaves no process.
+
+However a run ends, it leaves nothing in the temporary folder (the note through which rank 0 tells the launched ranks
+how its run ended, ``lightning_accel.core.run_state``).
+"""
 
 from __future__ import annotations
 
@@ -67,3 +71,44 @@ def test_when_the_first_process_dies_the_launched_rank_says_so_and_stops(tmp_pat
         "before its teardown); rank 1 stops too." in done.stderr
     ), done.stderr[-4000:]
     assert not _still_running(int((tmp_path / "rank1.pid").read_text()))
+    assert not list((tmp_path / "temporary").glob("lightning-accel-*"))  # nobody was left to remove it at exit
+
+
+def _run_that_ends(how: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "temporary").mkdir()
+    env = script_env(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        LIGHTNING_ACCEL_RANK_WATCH_INTERVAL="0.2",
+        TMPDIR=str(tmp_path / "temporary"),
+    )
+    return subprocess.run(
+        [PYTHON, str(SCRIPTS / "run_ends.py"), how], env=env, capture_output=True, text=True, timeout=240
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["slow-rank", "os-exit"])
+def test_a_run_that_ends_well_leaves_nothing_in_the_temporary_folder(how: str, tmp_path: Path) -> None:
+    # slow-rank: rank 0 leaves 8 s before rank 1; os-exit: no process runs its exit handlers.
+    done = _run_that_ends(how, tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert not list((tmp_path / "temporary").glob("lightning-accel-*"))
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_sigterm_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> None:
+    done = _run_that_ends("sigterm", tmp_path)
+    assert "Traceback" not in done.stderr or "SIGTERM" in done.stderr, done.stderr[-4000:]
+    assert not list((tmp_path / "temporary").glob("lightning-accel-*"))
+
+
+@pytest.mark.slow
+def test_a_callback_error_on_rank_0_reaches_rank_1_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    done = _run_that_ends("callback-error", tmp_path)
+    assert done.returncode == 1, done.stderr[-4000:]
+    # Rank 1 reads how rank 0 stopped from the note after its name is gone (every rank holds it open).
+    assert "stopped with RuntimeError: a callback failed on rank 0; rank 1 stops too." in done.stderr, done.stderr[
+        -4000:
+    ]
+    assert not list((tmp_path / "temporary").glob("lightning-accel-*"))

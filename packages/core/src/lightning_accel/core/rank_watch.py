@@ -15,38 +15,38 @@ Strategies that use :func:`watch_ranks` get instead, on standard error:
   as its teardown, the error it stopped with; the rank then exits with status 1.
 
 Both watchers look every ``LIGHTNING_ACCEL_RANK_WATCH_INTERVAL`` seconds (default 1). Ranks started by an external
-launcher (``torchrun``, SLURM, MPI) are that launcher's to watch; nothing is started for them.
+launcher (``torchrun``, SLURM, MPI) are that launcher's to watch; nothing is started for them. How the first process's
+run ended reaches the launched ranks through a :class:`~lightning_accel.core.run_state.RunState` note, which no way
+of ending a run leaves behind.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import inspect
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.core.run_state import RunState
 
 __all__ = ["INTERVAL_VARIABLE", "describe_status", "finish_run", "start_run", "watch_interval", "watch_ranks"]
 
 INTERVAL_VARIABLE = "LIGHTNING_ACCEL_RANK_WATCH_INTERVAL"
 _DEFAULT_INTERVAL = 1.0
-# Set by the first process for the ranks it launches: its pid, and a file it writes when its run ends.
+# Set by the first process for the ranks it launches: its pid, and the path of its run's note.
 _LAUNCHER_PID = "LIGHTNING_ACCEL_LAUNCHER_PID"
 _RUN_STATE = "LIGHTNING_ACCEL_RUN_STATE"
 
 _watching_launcher: _LauncherWatcher | None = None
 _watching_children: _ChildWatcher | None = None
-_run_state_file: str | None = None
+_run_state: RunState | None = None  # the first process's note, or a launched rank's once it joined
 
 
 def watch_interval() -> float:
@@ -129,18 +129,18 @@ class _ChildWatcher(threading.Thread):
             proc.kill()
         for proc in others:
             proc.wait()
-        _remove_run_state(self._procs, _run_state_file, wait=0.0)  # every launched rank has ended
+        _remove_run_state(self._procs)  # every launched rank has ended
         os._exit(_shell_status(code))
 
 
 class _LauncherWatcher(threading.Thread):
     """In a launched rank: ends this rank when the first process is gone before its run ended."""
 
-    def __init__(self, launcher_pid: int, rank: int, state_file: str | None, interval: float) -> None:
+    def __init__(self, launcher_pid: int, rank: int, state: RunState | None, interval: float) -> None:
         super().__init__(daemon=True, name="lightning-accel-launcher-watch")
         self._launcher_pid = launcher_pid
         self._rank = rank
-        self._state_file = state_file
+        self._state = state
         self.interval = interval
         self._stopped = threading.Event()
 
@@ -156,15 +156,18 @@ class _LauncherWatcher(threading.Thread):
         """Say so on standard error when the first process is gone before its run ended; whether it is.
 
         ``patience``: seconds to keep looking, for a caller that has seen a collective fail: the transport can notice
-        a dead process a moment before the process is reparented.
+        a dead process a moment before the process is reparented. Such a caller also takes a first process that has
+        recorded its run's failure as ended, though it may still be tearing down (and waiting on this rank).
         """
         deadline = time.monotonic() + patience
-        while os.getppid() == self._launcher_pid and time.monotonic() < deadline:
+        while True:
+            gone = os.getppid() != self._launcher_pid
+            state = self._state.read() if self._state is not None else ""
+            failed = patience > 0 and state.startswith("failed: ")
+            if gone or failed or time.monotonic() >= deadline:
+                break
             time.sleep(0.05)
-        if os.getppid() == self._launcher_pid or self._stopped.is_set():
-            return False
-        state = _read_state(self._state_file)
-        if state == "done":
+        if not (gone or failed) or self._stopped.is_set() or state == "done":
             return False
         if state.startswith("failed: "):
             how = f"stopped with {state[len('failed: ') :]}"
@@ -176,15 +179,6 @@ class _LauncherWatcher(threading.Thread):
         )
         sys.stderr.flush()
         return True
-
-
-def _read_state(path: str | None) -> str:
-    if not path:
-        return ""
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return ""
 
 
 def watch_ranks(launcher: Any) -> None:
@@ -227,11 +221,10 @@ def _rank_watching_class(base: type, set_num_threads: Callable[[int], None]) -> 
 
 
 def _launch_children(launcher: Any) -> None:
-    global _run_state_file, _watching_children
-    fd, _run_state_file = tempfile.mkstemp(prefix="lightning-accel-run-", suffix=".state")
-    os.close(fd)
+    global _run_state, _watching_children
+    _run_state = RunState.create(expected_ranks=launcher.num_processes - 1)
     os.environ[_LAUNCHER_PID] = str(os.getpid())
-    os.environ[_RUN_STATE] = _run_state_file
+    os.environ[_RUN_STATE] = _run_state.path
     try:
         launcher._call_children_scripts()
     finally:
@@ -240,23 +233,17 @@ def _launch_children(launcher: Any) -> None:
     first_rank = launcher.cluster_environment.node_rank() * launcher.num_processes + 1
     _watching_children = _ChildWatcher(launcher.procs, first_rank, watch_interval())
     _watching_children.start()
-    atexit.register(_remove_run_state, list(launcher.procs), _run_state_file)
+    atexit.register(_remove_run_state, list(launcher.procs))
 
 
-def _remove_run_state(procs: Sequence[subprocess.Popen[Any]], path: str | None, wait: float = 5.0) -> None:
-    """Remove a run's state file, at the first process's exit, once the ranks it launched have ended.
+def _remove_run_state(procs: Sequence[subprocess.Popen[Any]]) -> None:
+    """In the first process, at its exit: remove the run's note if its name outlived every launched rank.
 
-    A launched rank reads the file only after the first process is gone, to tell how its run ended, so it is kept
-    while one of them still runs after ``wait`` seconds (they end with the first process's run, normally together).
+    The name is gone already once every launched rank has joined; a rank still running that has not joined yet will
+    count itself in (and remove it) as it leaves.
     """
-    deadline = time.monotonic() + wait
-    while any(proc.poll() is None for proc in procs):
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(0.05)
-    if path is not None:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+    if _run_state is not None and all(proc.poll() is not None for proc in procs):
+        _run_state.remove()
 
 
 def start_run(rank: int) -> None:
@@ -265,23 +252,38 @@ def start_run(rank: int) -> None:
     A no-op for ranks of external launchers.
     """
     global _watching_launcher
-    if _run_state_file is not None:
-        Path(_run_state_file).write_text("running")
     launcher_pid = os.environ.get(_LAUNCHER_PID)
-    if not launcher_pid or int(launcher_pid) == os.getpid() or _watching_launcher is not None:
+    if not launcher_pid or int(launcher_pid) == os.getpid():
+        if _run_state is not None:
+            _run_state.write("running")
         return
-    _watching_launcher = _LauncherWatcher(int(launcher_pid), rank, os.environ.get(_RUN_STATE), watch_interval())
+    if _watching_launcher is not None:
+        return
+    _watching_launcher = _LauncherWatcher(int(launcher_pid), rank, _join_run_state(), watch_interval())
     _watching_launcher.start()
+
+
+def _join_run_state() -> RunState | None:
+    """In a launched rank: its handle on the first process's note, joined once (see ``core.run_state``)."""
+    global _run_state
+    path = os.environ.get(_RUN_STATE)
+    if _run_state is None and path:
+        _run_state = RunState.join(path)
+    return _run_state
 
 
 def finish_run() -> None:
     """At a strategy's teardown: tell the launched ranks how this process's run ended; stop watching the first one.
 
-    In the first process, the state file records ``done``, or the exception being handled when the teardown runs
+    In the first process, the run's note records ``done``, or the exception being handled when the teardown runs
     from Lightning's error handling (so a launched rank can say what rank 0 stopped with).
     """
     global _watching_launcher
     error = sys.exc_info()[1]
+    launcher_pid = os.environ.get(_LAUNCHER_PID)
+    if _run_state is not None and not (launcher_pid and int(launcher_pid) != os.getpid()):
+        # First, so that a launched rank waiting on this process's failure can tell it at once.
+        _run_state.write("done" if error is None else f"failed: {type(error).__name__}: {error}")
     if _watching_launcher is not None:
         if error is not None:
             # The transport often notices a dead rank 0 first (a collective raises "Connection reset by peer"):
@@ -292,6 +294,7 @@ def finish_run() -> None:
     if _watching_children is not None and error is not None:
         # As above, the other way round: name a dead launched rank before Lightning reports the collective's error.
         _watching_children.end_run_if_a_rank_died(patience=2 * _watching_children.interval)
-    if _run_state_file is not None:
-        state = "done" if error is None else f"failed: {type(error).__name__}: {error}"
-        Path(_run_state_file).write_text(state)
+    if launcher_pid and int(launcher_pid) != os.getpid():
+        # A launched rank: done with the note. One whose run failed before its set-up counts itself in now, so that
+        # the last rank still removes the name.
+        _join_run_state()
