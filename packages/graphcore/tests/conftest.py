@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -17,6 +18,8 @@ import pytest
 os.environ.setdefault("LIGHTNING_ACCEL_EMULATE", "ipu")
 os.environ.pop("LIGHTNING_ACCEL_EMULATED_DEVICES", None)
 os.environ.pop("POPLAR_ENGINE_OPTIONS", None)
+
+import torch
 
 from lightning_accel.core.emulation import emulation_settings, follow_emulated_sdk_names, reset_emulation_settings
 from lightning_accel.core.testing.markers import skip_by_emulation
@@ -34,6 +37,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(autouse=True)
 def _emulated_ipus(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # Every test starts from the same random state, whatever ran before it on this worker: a model's initial weights
+    # and a shuffled loader's order must not depend on the order pytest-xdist happens to give the tests.
+    random.seed(0)
+    torch.manual_seed(0)
     monkeypatch.setenv("LIGHTNING_ACCEL_EMULATE", SESSION_EMULATE)
     monkeypatch.delenv("POPLAR_ENGINE_OPTIONS", raising=False)
     reset_emulation_settings()

@@ -115,7 +115,8 @@ def test_training_on_four_replicas_and_validating_on_one_as_poptorch_compiles_ea
         **QUIET,
     )
     assert (strategy.stage_replication_factor(True), strategy.stage_replication_factor(False)) == (4, 1)
-    model = Linear(rows=64, batch_size=2)
+    # lr=0.5: over 30 seeds the validation accuracy after these 24 steps is 0.94 or more (0.84 at lr=0.1).
+    model = Linear(rows=64, batch_size=2, lr=0.5)
     told = r"training_opts.replicationFactor\(4\) and Trainer\(devices=1\): the training model runs on 4 replicas"
     with pytest.warns(UserWarning, match=told):
         trainer.fit(model)
