@@ -6,9 +6,12 @@ local CPU wheel; any other version pulls several GB of CUDA packages), then the 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -16,6 +19,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent / "tools"))
 # tools/ is not a package; the sessions' vendor-machine decisions and the shared seed live there, importable by the
 # tests.
+import ci_report
 import shared_seed
 import vendor_sdk
 
@@ -43,6 +47,31 @@ nox.options.sessions = [
 
 # Each suite's slowest tests in the log: where a run's time goes (a PYTEST_ADDOPTS of your own wins).
 os.environ.setdefault("PYTEST_ADDOPTS", "--durations=15")
+# Every session's time and result, and every pytest run's JUnit report: `python3 tools/ci_report.py summary` (the end
+# of .ci/run) says which session and which test failed; `markdown` writes benchmarks/results/ci.md.
+REPORTS = Path(os.environ.get("LIGHTNING_ACCEL_CI_REPORTS", ci_report.REPORTS))
+
+
+def recorded(function: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:
+    """Record the session's time and result in REPORTS, however it ends."""
+
+    @functools.wraps(function)
+    def run(session: nox.Session) -> None:
+        start, ok = time.monotonic(), False
+        try:
+            function(session)
+            ok = True
+        finally:
+            ci_report.record_session(REPORTS, session.name, time.monotonic() - start, ok)
+
+    return run
+
+
+def run_pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None) -> None:
+    """pytest with ``args`` and the session's own arguments, writing a JUnit report for ci_report."""
+    report = ci_report.junit_path(REPORTS, session.name)
+    session.run("pytest", *args, f"--junitxml={report}", *session.posargs, env=env)
+
 
 ROOT = Path(__file__).parent
 # DeepSpeed JIT-builds its CPU Adam on first use (about two minutes on 2 cores), in the DeepSpeed suite and in the
@@ -136,19 +165,17 @@ def install_base(session: nox.Session, *packages: str, editable: bool = True) ->
             session.install(PACKAGES[name])
 
 
-def pytest(session: nox.Session, *args: str) -> None:
-    session.run("pytest", *args, *session.posargs)
-
-
 @nox.session(python=PYTHON)
+@recorded
 def core_tests(session: nox.Session) -> None:
     """Core: plugin protocol, discovery, auto-registration, selection, CLI (with a CPU-backed test plugin)."""
     install_base(session)
     session.install(TEST_PLUGIN)  # as a wheel, like a real vendor distribution
-    pytest(session, "packages/core/tests", *WORKERS)
+    run_pytest(session, "packages/core/tests", *WORKERS)
 
 
 @nox.session(python=PYTHON)
+@recorded
 def core_tests_lightning23(session: nox.Session) -> None:
     """Core on Lightning 2.3.3, the oldest it supports (the newest Lightning on poptorch's torch 2.0.1).
 
@@ -159,15 +186,8 @@ def core_tests_lightning23(session: nox.Session) -> None:
     session.install("lightning==2.3.3", "pytorch-lightning==2.3.3", "setuptools>=77,<81", *TEST_TOOLS)
     session.install("-e", PACKAGES["core"])
     session.install(TEST_PLUGIN)
-    session.run(
-        "pytest",
-        "packages/core/tests",
-        *WORKERS,
-        "-W",
-        "ignore::DeprecationWarning",
-        "-W",
-        "ignore::FutureWarning",
-        *session.posargs,
+    run_pytest(
+        session, "packages/core/tests", *WORKERS, "-W", "ignore::DeprecationWarning", "-W", "ignore::FutureWarning"
     )
 
 
@@ -195,10 +215,11 @@ def vendor_tests(
         session.install(*(arg.format(constraints=constraints) for arg in command))
     workers = () if plan.hardware else WORKERS
     for env in plan.runs:
-        session.run("pytest", f"{PACKAGES[package]}/tests", *workers, *session.posargs, env=env)
+        run_pytest(session, f"{PACKAGES[package]}/tests", *workers, env=env)
 
 
 @nox.session(python=HPU_PLAN.python, venv_params=list(HPU_PLAN.venv_params))
+@recorded
 def hpu_tests(session: nox.Session) -> None:
     """Gaudi package: on real Gaudi when present (both PT_HPU_LAZY_MODE values), otherwise on the HPU emulator."""
     if not HPU_PLAN.hardware:
@@ -222,6 +243,7 @@ REAL_MODELS = ["transformers>=4.40"]
 
 
 @nox.session(python=PYTHON)
+@recorded
 def hpu_emulator_tests(session: nox.Session) -> None:
     """The Gaudi SDK emulator on its own (lightning-accel-habana-emulator), without the Lightning integration.
 
@@ -231,29 +253,32 @@ def hpu_emulator_tests(session: nox.Session) -> None:
     install_base(session, "habana-emulator")
     session.install(*OPINFO_TOOLS, *REAL_MODELS)  # a sample of torch's operator database; transformers' models
     env = {"LIGHTNING_ACCEL_EMULATE": "hpu", "HF_HUB_OFFLINE": "1"}
-    session.run("pytest", f"{PACKAGES['habana-emulator']}/tests", *WORKERS, *session.posargs, env=env)
+    run_pytest(session, f"{PACKAGES['habana-emulator']}/tests", *WORKERS, env=env)
 
 
 @nox.session(python=PYTHON)
+@recorded
 def hpu_opinfo(session: nox.Session) -> None:
     """The emulated "hpu" against every OpInfo of torch's operator database; prints the pass rates at the end."""
     install_base(session, "habana-emulator")
     session.install(*OPINFO_TOOLS)
     env = {"LIGHTNING_ACCEL_EMULATE": "hpu", "LIGHTNING_ACCEL_OPINFO": "all"}
-    session.run("pytest", f"{PACKAGES['habana-emulator']}/tests/test_opinfo.py", *WORKERS, *session.posargs, env=env)
+    run_pytest(session, f"{PACKAGES['habana-emulator']}/tests/test_opinfo.py", *WORKERS, env=env)
 
 
 @nox.session(python=IPU_PLAN.python, venv_params=list(IPU_PLAN.venv_params))
+@recorded
 def ipu_tests(session: nox.Session) -> None:
     """Graphcore package: on real IPUs when present, else on the poptorch emulator, then the emulator's own tests."""
     # The emulator (lightning-accel-graphcore[emulator], from this tree) off IPU machines only.
     emulator = () if IPU_PLAN.hardware else ("poptorch-emulator",)
     vendor_tests(session, IPU_PLAN, "graphcore", also=emulator)
     if emulator:
-        session.run("pytest", f"{PACKAGES['poptorch-emulator']}/tests", *session.posargs)
+        run_pytest(session, f"{PACKAGES['poptorch-emulator']}/tests")
 
 
 @nox.session(python=IPU_STACK_PYTHON)
+@recorded
 def ipu_stack_tests(session: nox.Session) -> None:
     """Core and Graphcore on the IPU stack (Python 3.8, torch 2.0.1, Lightning 2.3.3), on the poptorch emulator.
 
@@ -265,42 +290,46 @@ def ipu_stack_tests(session: nox.Session) -> None:
     session.install("-e", PACKAGES["core"])
     session.install(TEST_PLUGIN)
     warnings = ("-W", "ignore::DeprecationWarning", "-W", "ignore::FutureWarning")
-    session.run("pytest", "packages/core/tests", *WORKERS, *warnings, *session.posargs)
+    run_pytest(session, "packages/core/tests", *WORKERS, *warnings)
     session.install("-e", PACKAGES["poptorch-emulator"], "-e", PACKAGES["graphcore"])
-    session.run("pytest", f"{PACKAGES['poptorch-emulator']}/tests", *warnings, *session.posargs)
+    run_pytest(session, f"{PACKAGES['poptorch-emulator']}/tests", *warnings)
     # Two workers: the Graphcore tests share nothing between processes (each has its own emulated IPUs).
-    session.run("pytest", "packages/graphcore/tests", "-n", "2", *warnings, *session.posargs)
+    run_pytest(session, "packages/graphcore/tests", "-n", "2", *warnings)
 
 
 @nox.session(python=PYTHON)
+@recorded
 def deepspeed_hpu_tests(session: nox.Session) -> None:
     """DeepSpeed on Gaudi package."""
     install_base(session, "habana", "deepspeed-hpu")
     # transformers, for tensor-parallel inference; Intel Neural Compressor, for fp8 inference
     session.install("-e", "packages/deepspeed-hpu[tensor-parallel]", "-e", f"{PACKAGES['habana']}[fp8-inference]")
-    pytest(session, "packages/deepspeed-hpu/tests", *WORKERS)
+    run_pytest(session, "packages/deepspeed-hpu/tests", *WORKERS)
 
 
 @nox.session(python=PYTHON)
+@recorded
 def ray_tests(session: nox.Session) -> None:
     """Lightning on HPUs under Ray Train (the habana[ray] extra), each test on a local Ray cluster of this machine."""
     install_base(session, "habana", "deepspeed-hpu")
     session.install(TORCH, "-e", f"{PACKAGES['habana']}[ray]")  # torch pinned in the same command: pip keeps it
     # Every test starts a Ray cluster whose two workers use both cores: one test at a time.
-    session.run("pytest", "packages/habana/tests/on_ray", *session.posargs, env={"LIGHTNING_ACCEL_REQUIRE_RAY": "1"})
+    run_pytest(session, "packages/habana/tests/on_ray", env={"LIGHTNING_ACCEL_REQUIRE_RAY": "1"})
 
 
 @nox.session(python=PYTHON)
+@recorded
 def integration_tests(session: nox.Session) -> None:
     """All distributions installed together from wheels (not editable): entry points, CLI, examples."""
     install_base(session, "habana", "graphcore", "deepspeed-hpu", editable=False)
     session.install(TEST_PLUGIN)
     # Run from a neutral directory so that the installed wheels, not the source tree, are imported.
     with session.chdir(session.create_tmp()):
-        session.run("pytest", str(ROOT / "tests"), "-p", "no:cacheprovider", *WORKERS, *session.posargs)
+        run_pytest(session, str(ROOT / "tests"), "-p", "no:cacheprovider", *WORKERS)
 
 
 @nox.session(python=PYTHON)
+@recorded
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check on the whole repository."""
     session.install("ruff>=0.6")
@@ -309,6 +338,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@recorded
 def typing(session: nox.Session) -> None:
     """mypy on every package's sources."""
     install_base(session, "habana-emulator", "habana", "graphcore", "deepspeed-hpu")
@@ -318,6 +348,7 @@ def typing(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@recorded
 def docs(session: nox.Session) -> None:
     """Build the Sphinx documentation with warnings as errors."""
     install_base(session, "habana", "graphcore", "deepspeed-hpu")
@@ -327,6 +358,7 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@recorded
 def build(session: nox.Session) -> None:
     """Build the seven wheels and check their metadata; the core wheel must carry the autoload files."""
     session.install("build>=1", "twine>=5")
@@ -339,6 +371,7 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, default=False)
+@recorded
 def demo(session: nox.Session) -> None:
     """The main job: digits on the emulated HPU (1, 2, DeepSpeed ZeRO-3 bf16 on 2) and IPU; loss curves + summary."""
     install_base(session, "habana", "graphcore", "deepspeed-hpu")
@@ -347,6 +380,7 @@ def demo(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, default=False)
+@recorded
 def bench(session: nox.Session) -> None:
     """Benchmarks; results go to benchmarks/results/."""
     # From wheels: pip byte-compiles them, as a user's install would be (the start-up numbers depend on it).
