@@ -74,11 +74,13 @@ def run_pytest(session: nox.Session, *args: str, env: dict[str, str] | None = No
 
 
 ROOT = Path(__file__).parent
-# DeepSpeed JIT-builds its CPU Adam on first use (about two minutes on 2 cores), in the DeepSpeed suite and in the
-# selftest of the integration suite: one build folder for the whole run, so it is built once. torch keys the build by
-# Python version and source hash.
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".nox" / "_torch_extensions"))
 TORCH = "torch==2.13.0"
+# DeepSpeed JIT-builds its CPU Adam on first use (about two minutes on 2 cores), in the DeepSpeed suite and in the
+# selftest of the integration suite: one build folder, in the user's cache as the emulated HPU device's build, so it is
+# built once per machine and torch release (torch keys a build by Python version and source hash, not by its own
+# release, hence the release in the path). `rm -rf ~/.cache/lightning-accel` builds both afresh.
+_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lightning-accel"
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(_CACHE / "torch-extensions" / TORCH.replace("==", "-")))
 LIGHTNING = "lightning==2.6.6"
 PACKAGES = {
     "core": "packages/core",
