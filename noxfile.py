@@ -50,6 +50,7 @@ os.environ.setdefault("PYTEST_ADDOPTS", "--durations=15")
 # Every session's time and result, and every pytest run's JUnit report: `python3 tools/ci_report.py summary` (the end
 # of .ci/run) says which session and which test failed; `markdown` writes benchmarks/results/ci.md.
 REPORTS = Path(os.environ.get("LIGHTNING_ACCEL_CI_REPORTS", ci_report.REPORTS))
+shutil.rmtree(REPORTS, ignore_errors=True)  # the record of this nox run only
 
 
 def recorded(function: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:

@@ -39,7 +39,8 @@ def test_fabric_run_with_a_vendor_strategy(run, tmp_path: Path) -> None:  # type
     process = run(
         # A free port: torchrun's default (29400) is taken while another run of this suite is under way.
         [*args, "run", "--strategy", "hpu_parallel", "--devices", "2", "--main-port", str(_free_port()), "train.py"],
-        env={"LIGHTNING_ACCEL_EMULATE": "hpu"},
+        # torchrun keeps a log folder (torchelastic_*) in the temporary folder: the test's own, not the user's.
+        env={"LIGHTNING_ACCEL_EMULATE": "hpu", "TMPDIR": str(tmp_path)},
         cwd=tmp_path,
     )
     assert process.returncode == 0, _explain(process.stderr)
