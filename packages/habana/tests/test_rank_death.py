@@ -97,9 +97,13 @@ def test_a_run_that_ends_well_leaves_nothing_in_the_temporary_folder(how: str, t
 
 
 @pytest.mark.slow
-def test_a_run_stopped_by_sigterm_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> None:
-    done = _run_that_ends("sigterm", tmp_path)
-    assert "Traceback" not in done.stderr or "SIGTERM" in done.stderr, done.stderr[-4000:]
+def test_a_run_stopped_by_ctrl_c_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> None:
+    # SIGINT: Lightning tears the run down, kills the launched ranks and exits with 1. (Not SIGTERM: Lightning 2.6's
+    # SIGTERM handler broadcasts over the process group from inside the signal handler, which can hang a run in the
+    # middle of a collective, without any code of ours.)
+    done = _run_that_ends("sigint", tmp_path)
+    assert done.returncode == 1, done.stderr[-4000:]
+    assert "Detected KeyboardInterrupt, attempting graceful shutdown" in done.stdout + done.stderr
     assert not list((tmp_path / "temporary").glob("lightning-accel-*"))
 
 

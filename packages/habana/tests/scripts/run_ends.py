@@ -1,10 +1,10 @@
 """Two HPU ranks train with HCCL DDP, and the run ends in the way the first argument names.
 
-usage: run_ends.py HOW   (HOW: slow-rank, os-exit, sigterm, callback-error)
+usage: run_ends.py HOW   (HOW: slow-rank, os-exit, sigint, callback-error)
 
 - slow-rank: rank 1 leaves 8 seconds after rank 0 (a rank that takes its time to tear down);
 - os-exit: every rank leaves with os._exit(0) right after fit (the exit of the troubleshooting guide);
-- sigterm: rank 0 is sent SIGTERM during training;
+- sigint: rank 0 is sent SIGINT (Ctrl-C) during training;
 - callback-error: a callback raises on rank 0 during training.
 """
 
@@ -29,8 +29,8 @@ class Model(LightningModule):
         self.layer = torch.nn.Linear(8, 2)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        if HOW == "sigterm" and batch_idx == 3 and self.global_rank == 0:
-            os.kill(os.getpid(), signal.SIGTERM)
+        if HOW == "sigint" and batch_idx == 3 and self.global_rank == 0:
+            os.kill(os.getpid(), signal.SIGINT)
         x, y = batch
         return torch.nn.functional.cross_entropy(self.layer(x), y)
 
