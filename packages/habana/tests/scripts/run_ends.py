@@ -21,6 +21,10 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 HOW = sys.argv[1]
+if HOW == "sigint":
+    # Ctrl-C as in a terminal: a shell starts a background job (CI's, say) with SIGINT ignored, and Python keeps an
+    # ignored SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Model(LightningModule):
