@@ -15,7 +15,8 @@ import pytest
 from _habana_helpers import PYTHON, SCRIPTS, free_port, script_env
 
 
-def _run_until_a_rank_dies(dead_rank: int, pid_dir: Path) -> subprocess.CompletedProcess[str]:
+def _run_script(pid_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``scripts/<args>`` on two emulated HPUs, with the temporary folder ``pid_dir/temporary``."""
     (pid_dir / "temporary").mkdir()
     env = script_env(
         MASTER_ADDR="127.0.0.1",
@@ -23,14 +24,14 @@ def _run_until_a_rank_dies(dead_rank: int, pid_dir: Path) -> subprocess.Complete
         LIGHTNING_ACCEL_RANK_WATCH_INTERVAL="0.2",
         TMPDIR=str(pid_dir / "temporary"),
     )
-    # The timeout bounds the test only: without the watchers the surviving rank would wait in a collective.
+    # The timeout bounds the test only: without the watchers a surviving rank would wait in a collective.
     return subprocess.run(
-        [PYTHON, str(SCRIPTS / "rank_dies.py"), str(dead_rank), str(pid_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
+        [PYTHON, str(SCRIPTS / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=240
     )
+
+
+def _run_until_a_rank_dies(dead_rank: int, pid_dir: Path) -> subprocess.CompletedProcess[str]:
+    return _run_script(pid_dir, "rank_dies.py", str(dead_rank), str(pid_dir))
 
 
 def _still_running(pid: int) -> bool:
@@ -75,16 +76,7 @@ def test_when_the_first_process_dies_the_launched_rank_says_so_and_stops(tmp_pat
 
 
 def _run_that_ends(how: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "temporary").mkdir()
-    env = script_env(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
-        LIGHTNING_ACCEL_RANK_WATCH_INTERVAL="0.2",
-        TMPDIR=str(tmp_path / "temporary"),
-    )
-    return subprocess.run(
-        [PYTHON, str(SCRIPTS / "run_ends.py"), how], env=env, capture_output=True, text=True, timeout=240
-    )
+    return _run_script(tmp_path, "run_ends.py", how)
 
 
 @pytest.mark.slow
