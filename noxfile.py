@@ -154,26 +154,28 @@ def install_seeded(session: nox.Session, *requirements: str) -> None:
     session.log(f"{linked} files hard-linked from the shared seed {seed.name}")
 
 
-def install_base(session: nox.Session, *packages: str, editable: bool = True) -> None:
+def install_base(session: nox.Session, *packages: str, editable: bool = True, also: tuple[str, ...] = ()) -> None:
     """torch, Lightning, the test tools, the core and ``packages``; with "habana" or "graphcore", the SDK emulator it
-    runs on here (what the integration's ``emulator`` extra pulls, from this tree)."""
+    runs on here (what the integration's ``emulator`` extra pulls, from this tree). ``also``: more pip arguments.
+
+    One pip command for all of it: each pip start in an environment this size costs seconds (it reads every installed
+    distribution), and the sessions' set-up was a fifth of CI's time.
+    """
     install_seeded(session, *SEEDED)
     for integration, emulator in (("habana", "habana-emulator"), ("graphcore", "poptorch-emulator")):
         if integration in packages and emulator not in packages:
             packages = (emulator, *packages)
+    arguments: list[str] = []
     for name in ("core", *packages):
-        if editable:
-            session.install("-e", PACKAGES[name])
-        else:
-            session.install(PACKAGES[name])
+        arguments += ["-e", PACKAGES[name]] if editable else [PACKAGES[name]]
+    session.install(*arguments, *also)
 
 
 @nox.session(python=PYTHON)
 @recorded
 def core_tests(session: nox.Session) -> None:
     """Core: plugin protocol, discovery, auto-registration, selection, CLI (with a CPU-backed test plugin)."""
-    install_base(session)
-    session.install(TEST_PLUGIN)  # as a wheel, like a real vendor distribution
+    install_base(session, also=(TEST_PLUGIN,))  # the plugin as a wheel, like a real vendor distribution
     run_pytest(session, "packages/core/tests", *WORKERS)
 
 
@@ -201,7 +203,13 @@ IPU_PLAN = vendor_sdk.plan_session("ipu")
 
 
 def vendor_tests(
-    session: nox.Session, plan: vendor_sdk.SessionPlan, package: str, extras: str = "", *, also: tuple[str, ...] = ()
+    session: nox.Session,
+    plan: vendor_sdk.SessionPlan,
+    package: str,
+    extras: str = "",
+    *,
+    also: tuple[str, ...] = (),
+    tools: list[str] | tuple[str, ...] = (),
 ) -> None:
     session.log(plan.reason)
     constraints = session.create_tmp() + "/constraints.txt"
@@ -213,7 +221,7 @@ def vendor_tests(
         requirements = ["-e", PACKAGES["core"]]
     for name in also:
         requirements += ["-e", PACKAGES[name]]
-    requirements += ["-e", PACKAGES[package] + extras]
+    requirements += ["-e", PACKAGES[package] + extras, *tools]
     for command in plan.install_commands(*requirements):
         session.install(*(arg.format(constraints=constraints) for arg in command))
     workers = () if plan.hardware else WORKERS
@@ -235,8 +243,8 @@ def hpu_tests(session: nox.Session) -> None:
     # INC, for the fp8 inference tests. The emulator (lightning-accel-habana[emulator], from this tree) off Gaudi only:
     # it needs torch 2.13, not the SDK's torch, and the suite imports it only in its emulator_only tests.
     emulator = () if HPU_PLAN.hardware else ("habana-emulator",)
-    session.install(*REAL_MODELS)  # GPT-2 and Llama from configs in code, for the compile tests (no torch pulled in)
-    vendor_tests(session, HPU_PLAN, "habana", extras="[fp8-inference]", also=emulator)
+    # transformers: GPT-2 and Llama from configs in code, for the compile tests (no torch pulled in)
+    vendor_tests(session, HPU_PLAN, "habana", extras="[fp8-inference]", also=emulator, tools=REAL_MODELS)
 
 
 # torch's operator database (torch.testing._internal) imports expecttest, which torch does not install.
@@ -253,8 +261,8 @@ def hpu_emulator_tests(session: nox.Session) -> None:
     The SDK's API table, its load effects, the "hpu" device (tensor protocol, torch.compile, a sample of torch's
     OpInfo database). Always on the emulator: it is what the tests test, on a Gaudi machine too.
     """
-    install_base(session, "habana-emulator")
-    session.install(*OPINFO_TOOLS, *REAL_MODELS)  # a sample of torch's operator database; transformers' models
+    # A sample of torch's operator database; transformers' models.
+    install_base(session, "habana-emulator", also=(*OPINFO_TOOLS, *REAL_MODELS))
     env = {"LIGHTNING_ACCEL_EMULATE": "hpu", "HF_HUB_OFFLINE": "1"}
     run_pytest(session, f"{PACKAGES['habana-emulator']}/tests", *WORKERS, env=env)
 
@@ -263,8 +271,7 @@ def hpu_emulator_tests(session: nox.Session) -> None:
 @recorded
 def hpu_opinfo(session: nox.Session) -> None:
     """The emulated "hpu" against every OpInfo of torch's operator database; prints the pass rates at the end."""
-    install_base(session, "habana-emulator")
-    session.install(*OPINFO_TOOLS)
+    install_base(session, "habana-emulator", also=tuple(OPINFO_TOOLS))
     env = {"LIGHTNING_ACCEL_EMULATE": "hpu", "LIGHTNING_ACCEL_OPINFO": "all"}
     run_pytest(session, f"{PACKAGES['habana-emulator']}/tests/test_opinfo.py", *WORKERS, env=env)
 
@@ -288,10 +295,7 @@ def ipu_stack_tests(session: nox.Session) -> None:
     torch 2.0.1 comes from the package index with its CUDA wheels (about 2.5 GB). Lightning 2.3 and torch 2.0 warn
     about their own deprecated calls, which are not errors here (as in core_tests_lightning23).
     """
-    session.install(*IPU_STACK)
-    session.install(*IPU_STACK_TOOLS)
-    session.install("-e", PACKAGES["core"])
-    session.install(TEST_PLUGIN)
+    session.install(*IPU_STACK, *IPU_STACK_TOOLS, "-e", PACKAGES["core"], TEST_PLUGIN)  # torch pinned first
     warnings = ("-W", "ignore::DeprecationWarning", "-W", "ignore::FutureWarning")
     run_pytest(session, "packages/core/tests", *WORKERS, *warnings)
     session.install("-e", PACKAGES["poptorch-emulator"], "-e", PACKAGES["graphcore"])
@@ -304,9 +308,9 @@ def ipu_stack_tests(session: nox.Session) -> None:
 @recorded
 def deepspeed_hpu_tests(session: nox.Session) -> None:
     """DeepSpeed on Gaudi package."""
-    install_base(session, "habana", "deepspeed-hpu")
     # transformers, for tensor-parallel inference; Intel Neural Compressor, for fp8 inference
-    session.install("-e", "packages/deepspeed-hpu[tensor-parallel]", "-e", f"{PACKAGES['habana']}[fp8-inference]")
+    extras = ("-e", "packages/deepspeed-hpu[tensor-parallel]", "-e", f"{PACKAGES['habana']}[fp8-inference]")
+    install_base(session, "habana-emulator", also=extras)
     run_pytest(session, "packages/deepspeed-hpu/tests", *WORKERS)
 
 
@@ -314,8 +318,8 @@ def deepspeed_hpu_tests(session: nox.Session) -> None:
 @recorded
 def ray_tests(session: nox.Session) -> None:
     """Lightning on HPUs under Ray Train (the habana[ray] extra), each test on a local Ray cluster of this machine."""
-    install_base(session, "habana", "deepspeed-hpu")
-    session.install(TORCH, "-e", f"{PACKAGES['habana']}[ray]")  # torch pinned in the same command: pip keeps it
+    # torch pinned in the same command: pip keeps it
+    install_base(session, "habana-emulator", "deepspeed-hpu", also=(TORCH, "-e", f"{PACKAGES['habana']}[ray]"))
     # Every test starts a Ray cluster whose two workers use both cores: one test at a time.
     run_pytest(session, "packages/habana/tests/on_ray", env={"LIGHTNING_ACCEL_REQUIRE_RAY": "1"})
 
@@ -324,8 +328,7 @@ def ray_tests(session: nox.Session) -> None:
 @recorded
 def integration_tests(session: nox.Session) -> None:
     """All distributions installed together from wheels (not editable): entry points, CLI, examples."""
-    install_base(session, "habana", "graphcore", "deepspeed-hpu", editable=False)
-    session.install(TEST_PLUGIN)
+    install_base(session, "habana", "graphcore", "deepspeed-hpu", editable=False, also=(TEST_PLUGIN,))
     # Run from a neutral directory so that the installed wheels, not the source tree, are imported.
     with session.chdir(session.create_tmp()):
         run_pytest(session, str(ROOT / "tests"), "-p", "no:cacheprovider", *WORKERS)
@@ -344,8 +347,7 @@ def lint(session: nox.Session) -> None:
 @recorded
 def typing(session: nox.Session) -> None:
     """mypy on every package's sources."""
-    install_base(session, "habana-emulator", "habana", "graphcore", "deepspeed-hpu")
-    session.install("mypy>=1.11", "pytest>=8")
+    install_base(session, "habana-emulator", "habana", "graphcore", "deepspeed-hpu", also=("mypy>=1.11", "pytest>=8"))
     for path in PACKAGES.values():
         session.run("mypy", f"{path}/src", env={"MYPYPATH": f"{path}/src"})
 
@@ -354,8 +356,7 @@ def typing(session: nox.Session) -> None:
 @recorded
 def docs(session: nox.Session) -> None:
     """Build the Sphinx documentation with warnings as errors."""
-    install_base(session, "habana", "graphcore", "deepspeed-hpu")
-    session.install("sphinx>=7", "myst-parser>=3")
+    install_base(session, "habana", "graphcore", "deepspeed-hpu", also=("sphinx>=7", "myst-parser>=3"))
     shutil.rmtree(ROOT / "docs" / "_build", ignore_errors=True)
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
 
@@ -377,8 +378,7 @@ def build(session: nox.Session) -> None:
 @recorded
 def demo(session: nox.Session) -> None:
     """The main job: digits on the emulated HPU (1, 2, DeepSpeed ZeRO-3 bf16 on 2) and IPU; loss curves + summary."""
-    install_base(session, "habana", "graphcore", "deepspeed-hpu")
-    session.install("matplotlib")
+    install_base(session, "habana", "graphcore", "deepspeed-hpu", also=("matplotlib",))
     session.run("python", "examples/demo.py", "--output", "demo_output", *session.posargs)
 
 
@@ -387,8 +387,7 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks; results go to benchmarks/results/."""
     # From wheels: pip byte-compiles them, as a user's install would be (the start-up numbers depend on it).
-    install_base(session, "habana", "graphcore", "deepspeed-hpu", editable=False)
-    session.install("matplotlib", *REAL_MODELS)
+    install_base(session, "habana", "graphcore", "deepspeed-hpu", editable=False, also=("matplotlib", *REAL_MODELS))
     os.makedirs(ROOT / "benchmarks" / "results", exist_ok=True)
     session.run("python", "benchmarks/bench_startup.py")
     session.run("python", "benchmarks/bench_hpu_overhead.py")
