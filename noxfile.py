@@ -308,8 +308,10 @@ def ipu_stack_tests(session: nox.Session) -> None:
 @recorded
 def deepspeed_hpu_tests(session: nox.Session) -> None:
     """DeepSpeed on Gaudi package."""
-    # transformers, for tensor-parallel inference; Intel Neural Compressor, for fp8 inference
-    extras = ("-e", "packages/deepspeed-hpu[tensor-parallel]", "-e", f"{PACKAGES['habana']}[fp8-inference]")
+    # Intel Neural Compressor, for fp8 inference; transformers, for tensor-parallel inference. habana before
+    # deepspeed-hpu, which requires it: pip 23 looks for a requirement on the index when the editable that provides it
+    # comes later in the command, with extras.
+    extras = ("-e", f"{PACKAGES['habana']}[fp8-inference]", "-e", "packages/deepspeed-hpu[tensor-parallel]")
     install_base(session, "habana-emulator", also=extras)
     run_pytest(session, "packages/deepspeed-hpu/tests", *WORKERS)
 
@@ -318,8 +320,9 @@ def deepspeed_hpu_tests(session: nox.Session) -> None:
 @recorded
 def ray_tests(session: nox.Session) -> None:
     """Lightning on HPUs under Ray Train (the habana[ray] extra), each test on a local Ray cluster of this machine."""
-    # torch pinned in the same command: pip keeps it
-    install_base(session, "habana-emulator", "deepspeed-hpu", also=(TORCH, "-e", f"{PACKAGES['habana']}[ray]"))
+    # torch pinned in the same command: pip keeps it. habana[ray] before deepspeed-hpu, as in deepspeed_hpu_tests.
+    ray = (TORCH, "-e", f"{PACKAGES['habana']}[ray]", "-e", PACKAGES["deepspeed-hpu"])
+    install_base(session, "habana-emulator", also=ray)
     # Every test starts a Ray cluster whose two workers use both cores: one test at a time.
     run_pytest(session, "packages/habana/tests/on_ray", env={"LIGHTNING_ACCEL_REQUIRE_RAY": "1"})
 
