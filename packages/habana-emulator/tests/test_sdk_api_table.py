@@ -14,11 +14,13 @@ import importlib
 import importlib.util
 import inspect
 import json
+import subprocess
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from _emulator_helpers import PYTHON, script_env
 
 pytestmark = pytest.mark.emulator_only
 
@@ -63,7 +65,11 @@ def _public_table_names(module: str, lazy: bool) -> dict[str, dict[str, Any]]:
     return {
         name: entry
         for name, entry in TABLE[module].items()
-        if not name.startswith(("_", "*")) and entry["kind"] != "all" and (lazy or not entry.get("lazy_only"))
+        if not name.startswith(("_", "*"))
+        and entry["kind"] != "all"
+        and (lazy or not entry.get("lazy_only"))
+        # Bound by the SDK only when a condition holds (a flag, a torch version): checked where it applies.
+        and "only_if" not in entry
     }
 
 
@@ -167,6 +173,22 @@ def test_an_emulated_module_has_the_sdks_names_and_parameters(module: str, eager
 def test_the_hpu_module_in_lazy_mode_has_the_graph_apis_too(lazy_mode: None) -> None:
     problems = _check_module(f"{SDK}.hpu", lazy=True)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(("flag", "bound"), [("", "False"), ("0", "False"), ("1", "True")])
+def test_compile_backend_binds_enable_compiled_autograd_only_with_its_flag(flag: str, bound: str) -> None:
+    # The SDK imports it into compile_backend only to call it when PT_HPU_ENABLE_COMPILED_AUTOGRAD is set
+    # (compile_backend/__init__.py:23-26): code that calls compile_backend.enable_compiled_autograd() without the flag
+    # meets an AttributeError on Gaudi, so it must here too. The function itself lives in compile_backend.experimental.
+    entry = TABLE[f"{SDK}.dynamo.compile_backend"]["enable_compiled_autograd"]
+    assert entry["only_if"] == "bc.get_pt_hpu_enable_compiled_autograd()"
+    code = (
+        f"import {SDK}.dynamo.compile_backend as backend, {SDK}.dynamo.compile_backend.experimental as experimental\n"
+        "print(hasattr(backend, 'enable_compiled_autograd'), callable(experimental.enable_compiled_autograd))\n"
+    )
+    env = script_env(PT_HPU_ENABLE_COMPILED_AUTOGRAD=flag)
+    done = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split()[-2:] == [bound, "True"], done.stderr[-2000:]
 
 
 def test_the_emulator_has_no_module_the_sdk_lacks() -> None:

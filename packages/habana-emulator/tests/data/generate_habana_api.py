@@ -7,7 +7,8 @@ Usage (a clone of https://github.com/HabanaAI/gaudi-pytorch-bridge; tags v1.19.0
 Nothing is imported: the sources are read at ``--ref`` with ``git show``, under
 ``python_packages/habana_frameworks/torch/``. A module is public when no part of its dotted name starts with ``_``.
 Per module the table lists every name bound at the top level (including names bound inside top-level ``if`` and
-``try`` blocks; a name bound only under ``if is_lazy():`` is marked ``"lazy_only"``), with its kind:
+``try`` blocks; a name bound only under ``if is_lazy():`` is marked ``"lazy_only"``, one bound only under another
+``if`` gets ``"only_if"``: the condition's source), with its kind:
 
 * ``function`` / ``class`` (with ``params``: ``ast.unparse`` of the arguments, ``self`` dropped; a class's public
   methods under ``members``), ``value`` (an assignment);
@@ -122,13 +123,17 @@ class Tree:
         tree = self.parse(module)
         names: dict[str, Entry] = {}
         declared: list[str] | None = None
-        for node, lazy_only in _top_level(tree.body):
+        for node, lazy_only, only_if in _top_level(tree.body):
             for name, entry in self._describe(module, node).items():
                 if lazy_only:
                     entry = {**entry, "lazy_only": True}
-                if name in names and not lazy_only and names[name].get("lazy_only"):
-                    names[name] = entry
-                elif name not in names or not lazy_only:
+                if only_if is not None:
+                    entry = {**entry, "only_if": only_if}
+                known = names.get(name)
+                if known is not None and only_if is not None and known.get("only_if") not in (None, only_if):
+                    entry.pop("only_if")  # bound under two conditions (an if and its else): taken as always bound
+                # A binding in every mode replaces a lazy-only one; a conditional one never replaces an unconditional.
+                if known is None or (not lazy_only and (only_if is None or known.get("only_if") is not None)):
                     names[name] = entry
             if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
@@ -201,20 +206,31 @@ def _is_native(module: str) -> bool:
     return module.rsplit(".", 1)[-1].endswith("_C")
 
 
-def _top_level(body: list[ast.stmt], lazy_only: bool = False) -> Any:
-    """Top-level statements, descending into ``if``/``try`` blocks (``if is_lazy():`` marks lazy-only names)."""
+def _top_level(body: list[ast.stmt], lazy_only: bool = False, only_if: str | None = None) -> Any:
+    """Top-level statements with the condition they are bound under, descending into ``if``/``try`` blocks.
+
+    ``if is_lazy():`` marks lazy-only names; any other ``if`` gives its names ``only_if``, the condition's source (the
+    ``else`` branch its negation): the SDK binds them only when it holds, e.g. ``enable_compiled_autograd`` in
+    ``dynamo.compile_backend`` only with ``PT_HPU_ENABLE_COMPILED_AUTOGRAD`` set.
+    """
     for node in body:
         if isinstance(node, ast.If):
-            lazy = ast.unparse(node.test) == "is_lazy()"
-            yield from _top_level(node.body, lazy_only or lazy)
-            if not lazy:
-                yield from _top_level(node.orelse, lazy_only)
+            test = ast.unparse(node.test)
+            if test == "is_lazy()":
+                yield from _top_level(node.body, True, only_if)
+                continue
+            yield from _top_level(node.body, lazy_only, _both(only_if, test))
+            yield from _top_level(node.orelse, lazy_only, _both(only_if, f"not ({test})"))
         elif isinstance(node, ast.Try):
-            yield from _top_level(node.body, lazy_only)
+            yield from _top_level(node.body, lazy_only, only_if)
             for handler in node.handlers:
-                yield from _top_level(handler.body, lazy_only)
+                yield from _top_level(handler.body, lazy_only, only_if)
         else:
-            yield node, lazy_only
+            yield node, lazy_only, only_if
+
+
+def _both(outer: str | None, inner: str) -> str:
+    return inner if outer is None else f"({outer}) and ({inner})"
 
 
 def params(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:

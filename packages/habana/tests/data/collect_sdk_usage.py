@@ -38,6 +38,8 @@ SEAM_CALLS = {
     "hccl_module()": "distributed.hccl",
     "ht_module()": "",
     "transformer_engine_module()": "hpex.experimental.transformer_engine",
+    "compile_backend_module()": "dynamo.compile_backend",
+    "compiled_autograd_module()": "dynamo.compile_backend.experimental",
 }
 KNOWN_ALIASES = {
     "self.hpu": f"{SDK}.hpu",

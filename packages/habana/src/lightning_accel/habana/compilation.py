@@ -263,7 +263,7 @@ class HPUCompile(Callback):
             return
         self._compiled = True
         if self.compiled_autograd:
-            sdk.compile_backend_module().enable_compiled_autograd()
+            sdk.compiled_autograd_module().enable_compiled_autograd()
         if self.regions:
             compile_regions(
                 pl_module,

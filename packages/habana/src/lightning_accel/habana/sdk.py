@@ -164,8 +164,17 @@ def experimental_utils_module() -> ModuleType:
 
 
 def compile_backend_module() -> ModuleType:
-    """``habana_frameworks.torch.dynamo.compile_backend``, with ``enable_compiled_autograd``."""
+    """``habana_frameworks.torch.dynamo.compile_backend``; importing it registers ``hpu_backend``."""
     return _module("dynamo.compile_backend")
+
+
+def compiled_autograd_module() -> ModuleType:
+    """``habana_frameworks.torch.dynamo.compile_backend.experimental``, where ``enable_compiled_autograd`` lives.
+
+    Not ``compile_backend``: the SDK binds the function there only when ``PT_HPU_ENABLE_COMPILED_AUTOGRAD`` is set
+    (bridge 1.19.0 ``dynamo/compile_backend/__init__.py:23-26``), to call it at load.
+    """
+    return _module("dynamo.compile_backend.experimental")
 
 
 def compile_backend_config() -> ModuleType:
