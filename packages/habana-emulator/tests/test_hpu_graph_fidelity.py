@@ -218,3 +218,39 @@ def test_module_cacher_gives_the_first_micro_step_of_an_accumulation_graphs_of_i
         reference(batch.clone()).sum().backward()
         torch.testing.assert_close(model.linear.weight.grad.cpu(), reference.linear.weight.grad.cpu())
     assert model.bodies == 2  # one capture for the first micro-step, one for the others
+
+
+# 6. What ModuleCacher sets on the module, and its LFU mode (graphs.py:1043-1104).
+
+
+def test_module_cacher_sets_the_sdks_methods_on_the_module_and_says_when_it_captures() -> None:
+    seen: list[bool] = []
+
+    class Asking(Counting):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(self.is_hpugraph_tracing())  # type: ignore[operator]
+            return super().forward(x)
+
+    model = hpu_graphs.ModuleCacher(max_graphs=1)(model=Asking().to("hpu"), inplace=True)
+    for name in ("orig_forward", "set_iteration_count", "is_hpugraph_tracing", "capture_start", "capture_end"):
+        assert callable(model.__dict__[name]), name
+    model(torch.ones(2, 4, device="hpu")).sum().backward()  # captured
+    model(torch.ones(3, 4, device="hpu")).sum().backward()  # max_graphs reached: run uncaptured
+    assert seen == [True, False]
+
+
+def test_module_cacher_with_use_lfu_graphs_the_keys_counted_most_often_between_capture_start_and_end() -> None:
+    model = Counting().to("hpu")
+    cacher = hpu_graphs.ModuleCacher(max_graphs=1)
+    cacher(model=model, inplace=True, use_lfu=True)
+    rare, frequent = torch.ones(2, 4, device="hpu"), torch.ones(3, 4, device="hpu")
+    model.capture_start()
+    for batch in (rare, frequent, frequent):
+        model(batch).sum().backward()  # counted, run uncaptured
+    model.capture_end()
+    assert model.bodies == 3 and cacher.model_dict == {} and cacher.uncached_train_hits == 3
+    model(rare).sum().backward()  # not a priority key: uncaptured
+    for _ in range(3):
+        model(frequent).sum().backward()  # captured once, then replayed
+    assert model.bodies == 3 + 1 + 1
+    assert len(cacher.model_dict) == 1 and cacher.uncached_train_hits == 4

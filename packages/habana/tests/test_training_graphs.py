@@ -8,12 +8,14 @@ without running the module's Python, so a counter in ``forward`` tells captures 
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_accel.core.errors import ConfigurationError
@@ -161,3 +163,41 @@ def test_training_graphs_accumulate_gradients_as_a_run_without_graphs() -> None:
     _trainer(accumulate_grad_batches=2, callbacks=[HPUGraphs(stages=("fit",))]).fit(model, _loader(rows=64))
     torch.testing.assert_close(model.losses, reference.losses)
     assert model.forward_bodies == 2 and "set_iteration_count" not in model.__dict__
+
+
+# What the SDK's ModuleCacher sets on the module it wraps (bridge 1.19.0 and the 1.24 period, hpu/graphs.py:1086-1104),
+# and what wrap_in_hpu_graph adds (log_statistics from the 1.24 period on).
+SDK_MODULE_ATTRIBUTES = (
+    "forward",
+    "orig_forward",
+    "set_iteration_count",
+    "is_hpugraph_tracing",
+    "capture_start",
+    "capture_end",
+    "clear_cache",
+    "clear_inputs",
+    "log_statistics",
+)
+
+
+@pytest.mark.usefixtures("lazy_mode")
+def test_after_the_fit_the_module_keeps_nothing_of_the_graphs_and_they_are_freed() -> None:
+    class WatchCacher(Callback):
+        """Holds the training graphs' cacher weakly, as it was during the fit."""
+
+        def __init__(self, graphs: HPUGraphs) -> None:
+            self.graphs = graphs
+            self.cacher: weakref.ref[Any] | None = None
+
+        def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+            self.cacher = weakref.ref(self.graphs.cacher)
+
+    graphs = HPUGraphs(stages=("fit", "validate"))
+    watch = WatchCacher(graphs)
+    model = Validated()
+    _trainer(callbacks=[graphs, watch]).fit(model, _loader(), _loader(rows=8, batch_size=8))
+    assert model.forward_bodies == 2 + 2  # the graphs were captured and replayed
+    left = sorted(set(SDK_MODULE_ATTRIBUTES) & set(model.__dict__))
+    assert left == [], f"the SDK's graph attributes left on the module: {left}"
+    gc.collect()
+    assert watch.cacher is not None and watch.cacher() is None, "the training graphs' cacher is still alive"

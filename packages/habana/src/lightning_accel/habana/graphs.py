@@ -182,8 +182,9 @@ class HPUGraphs(Callback):
             pl_module.forward = original  # type: ignore[method-assign]
         else:
             pl_module.__dict__.pop("forward", None)
-        # What ModuleCacher adds to the module: left behind, it keeps the graphs alive.
-        for name in ("orig_forward", "set_iteration_count"):
+        # What ModuleCacher adds to the module (SDK 1.19 to 1.24): each holds the cacher, and left behind keeps it and
+        # its graphs alive after the fit.
+        for name in ("orig_forward", "set_iteration_count", "is_hpugraph_tracing", "capture_start", "capture_end"):
             pl_module.__dict__.pop(name, None)
 
     def _wrap(self, stage: str, pl_module: LightningModule) -> None:
@@ -208,8 +209,9 @@ class HPUGraphs(Callback):
             pl_module.forward = original  # type: ignore[method-assign]
         else:
             pl_module.__dict__.pop("forward", None)
-        # What wrap_in_hpu_graph adds to the module: left behind, it keeps the graphs alive.
-        for name in ("clear_cache", "clear_inputs"):
+        # What wrap_in_hpu_graph adds to the module (log_statistics from the SDK 1.24 period on): each holds the graph
+        # cache, and left behind keeps the graphs alive.
+        for name in ("clear_cache", "clear_inputs", "log_statistics"):
             pl_module.__dict__.pop(name, None)
 
     @override

@@ -184,6 +184,33 @@ class ModuleCacher:
         # The micro-step the caller says it is in (set_iteration_count), and how often it said so.
         self.forward_cnt = 0
         self.set_iterations_call_cnt = 0
+        # True while a graph is being captured (is_hpugraph_tracing), as the SDK's cache_insert sets it.
+        self.hpugraph_tracing = False
+        # use_lfu=True: graph only the keys seen most often between capture_start() and capture_end()
+        # (graphs.py:1043-1079): a window that counts keys, then the max_graphs most frequent become the priority keys.
+        self.use_lfu = False
+        self.is_capturing = False
+        self.input_count_dict: dict[Hashable, int] = {}
+        self.priority_keys: list[Hashable] = []
+
+    def is_hpugraph_tracing(self) -> bool:
+        """Whether a graph is being captured now (a forward can ask, through ``model.is_hpugraph_tracing()``)."""
+        return self.hpugraph_tracing
+
+    def capture_start(self) -> None:
+        """With ``use_lfu=True``: start counting the input keys of the forwards (run uncaptured meanwhile)."""
+        self.is_capturing = True
+
+    def record(self, input_id: Hashable) -> None:
+        """Count one forward of ``input_id`` in the ``capture_start`` window."""
+        self.input_count_dict[input_id] = self.input_count_dict.get(input_id, 0) + 1
+
+    def capture_end(self) -> None:
+        """End the window: the ``max_graphs`` keys counted most often are the ones graphed from now on."""
+        counts = self.input_count_dict
+        self.priority_keys = sorted(counts, key=lambda key: counts[key], reverse=True)[: self.max_graphs]
+        self.is_capturing = False
+        self.input_count_dict = {}
 
     def set_iteration_count(self, iter_num: int) -> None:
         """Say which micro-step of a gradient accumulation the next forward is (0: the first, whose grads are fresh).
@@ -224,12 +251,17 @@ class ModuleCacher:
         # The caller's choice, as the SDK passes it to every graph it builds (graphs.py:1099, :987-989, :862-868).
         self.allow_unused_input = allow_unused_input
         self.have_grad_accumulation = have_grad_accumulation
+        self.use_lfu = use_lfu
         self._forward = model.forward
         self.model = model
-        # Plain attributes on the module, as the SDK sets them (nn.Module's typing knows only tensors and modules).
+        # Plain attributes on the module, as the SDK sets them (graphs.py:1086-1104; nn.Module's typing knows only
+        # tensors and modules). They hold this cacher, and so its graphs, for as long as the module keeps them.
+        object.__setattr__(model, "is_hpugraph_tracing", self.is_hpugraph_tracing)
         object.__setattr__(model, "orig_forward", self._forward)
         object.__setattr__(model, "forward", self.forward)
         object.__setattr__(model, "set_iteration_count", self.set_iteration_count)
+        object.__setattr__(model, "capture_start", self.capture_start)
+        object.__setattr__(model, "capture_end", self.capture_end)
         return model
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -243,11 +275,20 @@ class ModuleCacher:
             key = _input_hash(full_args)
             if self.have_grad_accumulation and self.forward_cnt == 0:
                 key = _input_hash((key, self.forward_cnt + 1))  # graphs.py:1001-1007
-            entry = self.model_dict.get(key)
-            if entry is None and len(self.model_dict) < self.max_graphs:
+            counting = self.use_lfu and self.is_capturing
+            if counting:
+                self.record(key)  # forward_lfs: counted, and run uncaptured
+            entry = None if counting else self.model_dict.get(key)
+            may_insert = key in self.priority_keys if self.use_lfu else len(self.model_dict) < self.max_graphs
+            if entry is None and may_insert and not counting:
                 self._check_buffers()
                 params = tuple(self.model.parameters())
-                entry = self.model_dict[key] = _GraphedCall(self._forward, full_args, params, self.allow_unused_input)
+                self.hpugraph_tracing = True
+                try:
+                    entry = _GraphedCall(self._forward, full_args, params, self.allow_unused_input)
+                finally:
+                    self.hpugraph_tracing = False
+                self.model_dict[key] = entry
             if entry is not None:
                 self.cached_hits_dict[key] = self.cached_hits_dict.get(key, 0) + 1
                 return entry(full_args)
