@@ -82,6 +82,11 @@ TORCH = "torch==2.13.0"
 # release, hence the release in the path). `rm -rf ~/.cache/lightning-accel` builds both afresh.
 _CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lightning-accel"
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(_CACHE / "torch-extensions" / TORCH.replace("==", "-")))
+# Inductor (the emulated hpu_backend's compiler) caches its compiled graphs and C++ kernels under the temporary folder,
+# which nox sets per session and some tests per process: every session then compiled the same kernels again, a minute
+# of g++ for the first graph alone. One cache folder for all sessions, as for the builds above (inductor keys entries by
+# their source, so a stale entry is never used).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_CACHE / "torchinductor" / TORCH.replace("==", "-")))
 LIGHTNING = "lightning==2.6.6"
 PACKAGES = {
     "core": "packages/core",
