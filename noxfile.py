@@ -83,9 +83,9 @@ TORCH = "torch==2.13.0"
 _CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lightning-accel"
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(_CACHE / "torch-extensions" / TORCH.replace("==", "-")))
 # Inductor (the emulated hpu_backend's compiler) caches its compiled graphs and C++ kernels under the temporary folder,
-# which nox sets per session and some tests per process: every session then compiled the same kernels again, a minute
-# of g++ for the first graph alone. One cache folder for all sessions, as for the builds above (inductor keys entries by
-# their source, so a stale entry is never used).
+# which nox sets inside each session's environment and deletes with it: every run compiled everything afresh. One
+# cache folder for all sessions and runs, as for the builds above (Inductor keys entries by their source and settings,
+# so a stale entry is never used).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_CACHE / "torchinductor" / TORCH.replace("==", "-")))
 LIGHTNING = "lightning==2.6.6"
 PACKAGES = {
