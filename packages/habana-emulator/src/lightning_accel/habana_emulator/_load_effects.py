@@ -105,6 +105,7 @@ def overwrite_torch_functions(lazy: bool) -> None:
             return torch.device("hpu")
         return original_default_device(group)
 
+    # The SDK replaces this function at load too (bridge 1.19.0 core/torch_overwrites.py:119-129).
     dist.distributed_c10d._get_pg_default_device = _get_pg_default_device
 
     original_manual_seed = torch.manual_seed

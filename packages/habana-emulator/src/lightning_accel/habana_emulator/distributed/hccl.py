@@ -207,6 +207,9 @@ def _check_reduce_op(op: Any) -> None:
 
 
 def _replace(c10d: Any, name: str, original: Any, wrapper: Any) -> None:
+    # Not what the SDK does: it registers a c10d backend (ProcessGroupHCCL) and leaves torch.distributed's functions
+    # alone. Replacing them makes every collective of the process differ from Gaudi (functional collectives bypass
+    # the check; async works return host tensors); issue 48 replaces this with a registered backend.
     functools.update_wrapper(wrapper, original)
     setattr(c10d, name, wrapper)
     if getattr(dist, name, None) is original:
