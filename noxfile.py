@@ -98,7 +98,7 @@ PACKAGES = {
 }
 TEST_PLUGIN = "packages/core/tests/testplugin"
 # click: `fabric run` (Lightning's CLI) needs it and Lightning does not install it.
-TEST_TOOLS = ["pytest>=8", "pytest-xdist", "scikit-learn", "psutil", "jsonargparse[signatures]>=4.27", "click"]
+TEST_TOOLS = ["pytest>=8", "pytest-xdist", "psutil", "jsonargparse[signatures]>=4.27", "click"]
 # The slow suites run on two pytest workers: each test's processes, ports and files are its own (free ports, tmp_path),
 # so they share nothing but the machine. On vendor hardware the tests share the devices, so they run one at a time.
 WORKERS = ("-n", "2")
@@ -123,7 +123,6 @@ IPU_STACK_TOOLS = [
     "setuptools<81",
     "pytest>=8",
     "pytest-xdist",
-    "scikit-learn",
     "psutil",
     "click",
     "jsonargparse[signatures]>=4.27,<4.36",

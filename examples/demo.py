@@ -154,7 +154,7 @@ def summarize(results: list[dict[str, object]], path: Path, max_epochs: int) -> 
     lines = [
         "# lightning-accel demo: digits classifier",
         "",
-        f"scikit-learn's 8x8 digits (1437 / 1400 training samples), {max_epochs} epochs per run, "
+        f"The 8x8 handwritten digits (1437 / 1400 training samples), {max_epochs} epochs per run, "
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPU core(s).",
         "",
         "| run | accelerator | devices | strategy | precision | device iterations | mode | validation accuracy "

@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningModule, Trainer, seed_everything
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class Digits(LightningModule):
@@ -44,9 +47,10 @@ class Digits(LightningModule):
 
 
 def loaders() -> tuple[DataLoader, DataLoader, torch.Tensor, torch.Tensor]:
-    features, labels = load_digits(return_X_y=True)
-    x = torch.tensor(features / 16.0, dtype=torch.float32)
-    y = torch.tensor(labels, dtype=torch.long)
+    digits = torch.load(DIGITS)
+    features, labels = digits["features"], digits["labels"]
+    x = features.float() / 16.0
+    y = labels.long()
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     train, val = order[:1400], order[1400:]
     return (

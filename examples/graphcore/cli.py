@@ -23,7 +23,7 @@ from train_digits import DigitsMLP, loaders  # the model and data of the script 
 
 
 class DigitsData(LightningDataModule):
-    """scikit-learn's 8x8 digits: 1400 samples to train on, 397 to validate."""
+    """The 8x8 digits: 1400 samples to train on, 397 to validate."""
 
     def __init__(self, batch_size: int = 4) -> None:
         super().__init__()

@@ -1,10 +1,10 @@
-"""Train a small MLP on scikit-learn's bundled 8x8 digits on Graphcore IPUs, or on the IPU emulator.
+"""Train a small MLP on the bundled 8x8 digits on Graphcore IPUs, or on the IPU emulator.
 
 Run on a laptop (the emulator stands in for poptorch and emulates 8 IPUs):
 
     LIGHTNING_ACCEL_EMULATE=ipu python examples/graphcore/train_digits.py --devices 8 --device-iterations 2
 
-The script imports only Lightning, torch and scikit-learn: lightning-accel-graphcore registers ``accelerator="ipu"``
+The script imports only Lightning and torch: lightning-accel-graphcore registers ``accelerator="ipu"``
 when Lightning is imported. ``--devices`` is the number of data-parallel replicas (1 or a power of two); each
 Lightning batch is one host call of ``batch_size x device_iterations x devices`` samples, and the IPU makes
 ``device_iterations`` weight updates per call.
@@ -15,11 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningModule, Trainer, seed_everything
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class DigitsMLP(LightningModule):
@@ -50,9 +53,10 @@ class DigitsMLP(LightningModule):
 
 def loaders(batch_size: int) -> tuple[DataLoader[tuple[torch.Tensor, ...]], DataLoader[tuple[torch.Tensor, ...]]]:
     """Train / validation loaders over the digits (1400 / 397 samples)."""
-    x, y = load_digits(return_X_y=True)
-    inputs = torch.tensor(x / 16.0, dtype=torch.float32)
-    labels = torch.tensor(y, dtype=torch.long)
+    digits = torch.load(DIGITS)
+    x, y = digits["features"], digits["labels"]
+    inputs = x.float() / 16.0
+    labels = y.long()
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
     train, val = order[:1400], order[1400:]
     return (

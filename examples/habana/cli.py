@@ -22,7 +22,7 @@ from train_digits import DigitsMLP, loaders
 
 
 class DigitsData(LightningDataModule):
-    """scikit-learn's 8x8 digits, split 80/20 with a fixed seed."""
+    """The 8x8 digits, split 80/20 with a fixed seed."""
 
     def __init__(self, batch_size: int = 64) -> None:
         super().__init__()

@@ -7,13 +7,16 @@ compiles with TorchInductor for the backing device; the first step takes a while
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule, Trainer
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class Classifier(LightningModule):
@@ -35,9 +38,10 @@ class Classifier(LightningModule):
 
 
 def main() -> None:
-    features, labels = load_digits(return_X_y=True)
-    x = torch.tensor(features / 16.0, dtype=torch.float32)
-    y = torch.tensor(labels)
+    digits = torch.load(DIGITS)
+    features, labels = digits["features"], digits["labels"]
+    x = features.float() / 16.0
+    y = labels.long()
     model = Classifier()
     # torch lists "hpu_backend" from lightning-accel-habana's entry points: no HPU code has to run first.
     compiled_train_model = torch.compile(model, backend="hpu_backend")

@@ -27,10 +27,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule, Trainer
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_accel.habana import HPUAccelerator, HPUPrecisionPlugin
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class LitClassifier(LightningModule):
@@ -81,8 +83,9 @@ def main() -> None:
         return
 
     torch.manual_seed(0)
-    features, labels = load_digits(return_X_y=True)
-    data = TensorDataset(torch.tensor(features / 16.0, dtype=torch.float32), torch.tensor(labels))
+    digits = torch.load(DIGITS)
+    features, labels = digits["features"], digits["labels"]
+    data = TensorDataset(features.float() / 16.0, labels.long())
     train, test = torch.utils.data.random_split(
         data, [1400, len(data) - 1400], generator=torch.Generator().manual_seed(0)
     )

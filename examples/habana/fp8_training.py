@@ -13,15 +13,18 @@ Run:
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule, Trainer
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_accel.habana import HPUAccelerator, HPUPrecisionPlugin, sdk
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class LitClassifier(LightningModule):
@@ -60,9 +63,10 @@ def main() -> None:
     recipe = te.recipe.DelayedScaling(fp8_format=te.recipe.Format.HYBRID, amax_history_len=16, amax_compute_algo="max")
     torch.manual_seed(0)
     model = LitClassifier()
-    features, labels = load_digits(return_X_y=True)
-    x = torch.tensor(features / 16.0, dtype=torch.float32)
-    y = torch.tensor(labels)
+    digits = torch.load(DIGITS)
+    features, labels = digits["features"], digits["labels"]
+    x = features.float() / 16.0
+    y = labels.long()
 
     # How far each precision's forward is from float32's (a second fp8 forward uses the scales the first measured).
     batch = x[:512].to("hpu")

@@ -13,14 +13,17 @@ scales the loss with ``HPUGradScaler``; ``docs/migration.md`` ("From CUDA") list
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 ACCELERATOR = "hpu"  # was "cuda": the one line a GPU script changes
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class DigitsNet(LightningModule):
@@ -61,9 +64,10 @@ class DigitsNet(LightningModule):
 
 def loaders(batch_size: int) -> tuple[DataLoader, DataLoader]:
     """Split the digits 80/20 with a fixed seed."""
-    features, labels = load_digits(return_X_y=True)
-    x = torch.tensor(features / 16.0, dtype=torch.float32)
-    y = torch.tensor(labels, dtype=torch.long)
+    digits = torch.load(DIGITS)
+    features, labels = digits["features"], digits["labels"]
+    x = features.float() / 16.0
+    y = labels.long()
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     cut = int(0.8 * len(x))
     train, val = order[:cut], order[cut:]

@@ -1,20 +1,23 @@
 """Fully Sharded Data Parallel on two HPUs: each rank holds half of the parameters (seed: lightning-habana's FSDP).
 
 Run: LIGHTNING_ACCEL_EMULATE=hpu python examples/habana/fsdp.py
-It imports only Lightning, torch and scikit-learn: "hpu_fsdp" is registered by lightning-accel-habana. FSDP needs the
+It imports only Lightning and torch: "hpu_fsdp" is registered by lightning-accel-habana. FSDP needs the
 SDK's eager mode (PT_HPU_LAZY_MODE=0, the default since SDK 1.21). Lightning's launcher starts the second process by
 running this file again, hence the work under `if __name__ == "__main__":`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule, Trainer, seed_everything
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class Classifier(LightningModule):
@@ -40,8 +43,9 @@ class Classifier(LightningModule):
 
 def main() -> None:
     seed_everything(0)
-    features, labels = load_digits(return_X_y=True)
-    x, y = torch.tensor(features / 16.0, dtype=torch.float32), torch.tensor(labels)
+    digits = torch.load(DIGITS)
+    features, labels = digits["features"], digits["labels"]
+    x, y = features.float() / 16.0, labels.long()
     train = DataLoader(TensorDataset(x[:1400], y[:1400]), batch_size=64, shuffle=True)
     val = DataLoader(TensorDataset(x[1400:], y[1400:]), batch_size=256)
     model = Classifier()

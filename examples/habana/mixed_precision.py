@@ -17,12 +17,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule, Trainer
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_accel.habana import HPUPrecisionPlugin
 
 HERE = Path(__file__).parent
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class LitClassifier(LightningModule):
@@ -46,8 +48,9 @@ class LitClassifier(LightningModule):
 
 
 def main() -> None:
-    features, labels = load_digits(return_X_y=True)
-    data = TensorDataset(torch.tensor(features / 16.0, dtype=torch.float32), torch.tensor(labels))
+    digits = torch.load(DIGITS)
+    features, labels = digits["features"], digits["labels"]
+    data = TensorDataset(features.float() / 16.0, labels.long())
     trainer = Trainer(
         accelerator="hpu",
         devices=1,

@@ -9,8 +9,8 @@ The model parallelizes itself in ``configure_model`` on the device mesh the stra
 tensor-parallel tutorial writes a plan: each feed-forward block's first layer is split by columns, its second by rows
 (one all-reduce per block), over the mesh's ``"tensor_parallel"`` dimension; then ``fully_shard`` (FSDP2, bfloat16
 compute, float32 gradient reduction) shards every block and the whole model over ``"data_parallel"``. The checkpoint is
-distributed: a folder with one file per rank, which loads on another layout. It imports only Lightning, torch and
-scikit-learn: lightning-accel-habana makes Lightning's ModelParallelStrategy run on HPUs. FSDP2 needs the SDK's eager
+distributed: a folder with one file per rank, which loads on another layout. It imports only Lightning and torch:
+lightning-accel-habana makes Lightning's ModelParallelStrategy run on HPUs. FSDP2 needs the SDK's eager
 mode (PT_HPU_LAZY_MODE=0, the default since SDK 1.21). Lightning's launcher starts the other processes by running this
 file again, hence the work under ``if __name__ == "__main__":``.
 """
@@ -18,17 +18,20 @@ file again, hence the work under ``if __name__ == "__main__":``.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule, Trainer, seed_everything
 from lightning.pytorch.strategies import ModelParallelStrategy
-from sklearn.datasets import load_digits
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.utils.data import DataLoader, TensorDataset
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class FeedForward(torch.nn.Module):
@@ -94,8 +97,9 @@ def main() -> None:
     args = parser.parse_args()
 
     seed_everything(0)
-    features, labels = load_digits(return_X_y=True)
-    x, y = torch.tensor(features / 16.0, dtype=torch.float32), torch.tensor(labels)
+    digits = torch.load(DIGITS)
+    features, labels = digits["features"], digits["labels"]
+    x, y = features.float() / 16.0, labels.long()
     # Ranks of one tensor-parallel group see the same batches: the strategy samples over the data-parallel ranks only.
     train = DataLoader(TensorDataset(x[:1400], y[:1400]), batch_size=64, shuffle=True)
     val = DataLoader(TensorDataset(x[1400:], y[1400:]), batch_size=256)

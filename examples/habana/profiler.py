@@ -7,15 +7,18 @@ Traces land in ./profiler_logs; open them in chrome://tracing or TensorBoard's p
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule, Trainer
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_accel.habana import HPUProfiler
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class MyModel(LightningModule):
@@ -50,8 +53,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", type=int, default=1)
     args = parser.parse_args()
-    features, labels = load_digits(return_X_y=True)
-    data = TensorDataset(torch.tensor(features / 16.0, dtype=torch.float32), torch.tensor(labels))
+    digits = torch.load(DIGITS)
+    features, labels = digits["features"], digits["labels"]
+    data = TensorDataset(features.float() / 16.0, labels.long())
     # filename= gives one trace and one summary per rank.
     profiler = HPUProfiler(dirpath="profiler_logs", filename="perf-logs")
     trainer = Trainer(

@@ -1,10 +1,10 @@
-"""Train a small MLP on scikit-learn's bundled 8x8 digits on Intel Gaudi (HPU), or on the HPU emulator.
+"""Train a small MLP on the bundled 8x8 digits on Intel Gaudi (HPU), or on the HPU emulator.
 
 Run on a laptop (the emulator stands in for the Habana SDK):
 
     LIGHTNING_ACCEL_EMULATE=hpu python examples/habana/train_digits.py --devices 2 --max-epochs 10
 
-The script imports only Lightning, torch and scikit-learn: lightning-accel-habana registers ``accelerator="hpu"``
+The script imports only Lightning and torch: lightning-accel-habana registers ``accelerator="hpu"``
 when Lightning is imported. Tensors are created on ``self.device``, never on ``device="hpu"``, so the same code runs
 on Gaudi and on the emulator.
 """
@@ -12,11 +12,14 @@ on Gaudi and on the emulator.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningModule, Trainer, seed_everything
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
+
+# The 8x8 digits, bundled with the examples (examples/README.md says where they come from).
+DIGITS = Path(__file__).resolve().parents[1] / "digits.pt"
 
 
 class DigitsMLP(LightningModule):
@@ -48,9 +51,10 @@ class DigitsMLP(LightningModule):
 
 def loaders(batch_size: int) -> tuple[DataLoader, DataLoader]:
     """Split the digits 80/20 with a fixed seed."""
-    features, labels = load_digits(return_X_y=True)
-    x = torch.tensor(features / 16.0, dtype=torch.float32)
-    y = torch.tensor(labels, dtype=torch.long)
+    digits = torch.load(DIGITS)
+    features, labels = digits["features"], digits["labels"]
+    x = features.float() / 16.0
+    y = labels.long()
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     cut = int(0.8 * len(x))
     train, val = order[:cut], order[cut:]

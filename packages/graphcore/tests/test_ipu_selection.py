@@ -69,11 +69,10 @@ def test_ipu_accelerator_and_strategy_are_registered() -> None:
 class Digits(LightningDataModule):
     def __init__(self, batch_size: int) -> None:
         super().__init__()
-        from sklearn.datasets import load_digits
+        from lightning_accel.core.testing import load_digits
 
-        x, y = load_digits(return_X_y=True)
-        x = torch.tensor(x / 16.0, dtype=torch.float32)
-        y = torch.tensor(y, dtype=torch.long)
+        features, labels = load_digits()
+        x, y = features.float() / 16.0, labels.long()
         order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
         train, val = order[:1400], order[1400:]
         self.train_set, self.val_set = TensorDataset(x[train], y[train]), TensorDataset(x[val], y[val])

@@ -35,14 +35,14 @@ def script_env(**extra: str) -> dict[str, str]:
 
 
 def digits_loaders(batch_size: int = 64) -> tuple[Any, Any]:
-    """Train and validation loaders over scikit-learn's bundled 8x8 digits (no download)."""
+    """Train and validation loaders over the bundled 8x8 digits (no download)."""
     import torch
-    from sklearn.datasets import load_digits
     from torch.utils.data import DataLoader, TensorDataset
 
-    features, labels = load_digits(return_X_y=True)
-    x = torch.tensor(features / 16.0, dtype=torch.float32)
-    y = torch.tensor(labels, dtype=torch.long)
+    from lightning_accel.core.testing import load_digits
+
+    features, labels = load_digits()
+    x, y = features.float() / 16.0, labels.long()
     generator = torch.Generator().manual_seed(0)
     order = torch.randperm(len(x), generator=generator)
     train, val = order[:1400], order[1400:]

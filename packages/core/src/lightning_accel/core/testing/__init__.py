@@ -18,6 +18,14 @@ Example:
 """
 
 from lightning_accel.core.testing.conformance import AcceleratorConformance, FabricConformance
+from lightning_accel.core.testing.digits import load_digits
 from lightning_accel.core.testing.models import DigitsClassifier, DigitsDataModule, digits_tensors
 
-__all__ = ["AcceleratorConformance", "DigitsClassifier", "DigitsDataModule", "FabricConformance", "digits_tensors"]
+__all__ = [
+    "AcceleratorConformance",
+    "DigitsClassifier",
+    "DigitsDataModule",
+    "FabricConformance",
+    "digits_tensors",
+    "load_digits",
+]

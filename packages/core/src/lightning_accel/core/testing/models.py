@@ -1,4 +1,4 @@
-"""A small real task for conformance and integration tests: scikit-learn's bundled digits (no download)."""
+"""A small real task for conformance and integration tests: the bundled 8x8 digits (no download)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,15 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_accel.core.testing.digits import load_digits
+
 __all__ = ["DigitsClassifier", "DigitsDataModule", "digits_tensors"]
 
 
 def digits_tensors() -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Train and validation tensors of the 8x8 digits, scaled to [0, 1], with a fixed split."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    x = torch.tensor(data.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(data.target, dtype=torch.long)
+    features, labels = load_digits()
+    x, y = features.float() / 16.0, labels.long()
     generator = torch.Generator().manual_seed(0)
     order = torch.randperm(len(x), generator=generator)
     split = int(0.8 * len(x))
