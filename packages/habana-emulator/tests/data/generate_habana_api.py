@@ -1,8 +1,18 @@
-"""Write habana_1_19_api.json: the modules, names and signatures of ``habana_frameworks.torch``, read with ``ast``.
+"""Write habana_<release>_api.json: the modules, names and signatures of ``habana_frameworks.torch``, read with ``ast``.
 
 Usage (a clone of https://github.com/HabanaAI/gaudi-pytorch-bridge; tags v1.19.0 = 5a56187, v1.18.0 = f90046f):
 
     python generate_habana_api.py /path/to/gaudi-pytorch-bridge [--ref v1.19.0] [--te-ref v1.18.0]
+
+SDK 1.24 (``habana_1_24_api.json``): the bridge's newest public commit, bcc5172 (the 1.24 period: its
+``.devops/build_profiles/profiles.json`` names torch 2.9.1, 2.10.0 and 2.11.0), is in the public code index but not in
+any clone this project can make (the repository's published history ends at v1.19.0). Its table is generated from a
+reconstruction (``docs/emulator.md``, "The SDK tables", says how it is made): a git repository whose one commit holds
+v1.19.0's files, overlaid with the files the index holds at bcc5172 reduced to their top-level structure and
+signatures (all this generator reads), plus the files added after 1.19 that those import:
+
+    python generate_habana_api.py /path/to/reconstruction --ref bcc5172 --te-repo /path/to/gaudi-pytorch-bridge \
+        --out habana_1_24_api.json --source "..."
 
 Nothing is imported: the sources are read at ``--ref`` with ``git show``, under
 ``python_packages/habana_frameworks/torch/``. A module is public when no part of its dotted name starts with ``_``.
@@ -34,12 +44,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).with_name("habana_1_19_api.json")
 ROOT = "python_packages/habana_frameworks/torch"
 PACKAGE = "habana_frameworks.torch"
 TE = "hpex.experimental.transformer_engine"
 # The commits of the published tags (a snapshot of the repository may lack the tags themselves).
 TAGS = {"v1.19.0": "5a56187", "v1.18.0": "f90046f"}
+# The releases the emulator can play (LIGHTNING_ACCEL_EMULATE_HPU_SDK) and the file each one's table is written to.
+OUTPUTS = {"v1.19.0": "habana_1_19_api.json", "bcc5172": "habana_1_24_api.json"}
 
 Entry = dict[str, Any]
 
@@ -68,6 +79,33 @@ CHANGES = [
         "change": "setDeterministic and getDeterministic announced for removal ('deprecated and will be removed in "
         "next release'); whether 1.20+ removed them is not published",
         "source": "gaudi-pytorch-bridge v1.19.0 python_packages/habana_frameworks/torch/hpu/__init__.py:173-184",
+    },
+]
+
+
+# What the 1.24 table cannot show (bcc5172 paths under python_packages/habana_frameworks/torch/).
+CHANGES_AFTER_BCC5172 = [
+    {
+        "release": "1.24",
+        "module": f"{PACKAGE}.version",
+        "change": "written when the wheel is built (not in the repository): __version__ and version, which "
+        "__init__.py imports inside try/except ImportError",
+        "source": "bcc5172 __init__.py, its last statement",
+    },
+    {
+        "release": "1.24",
+        "module": PACKAGE,
+        "change": "lazy mode (PT_HPU_LAZY_MODE=1) is refused at load on an upstream CPU build of torch (a version "
+        "with a '+cpu' local part): AssertionError 'Upstream PyTorch version ... is not supported in Lazy mode.'; "
+        "Intel's own torch build (local part 'git...' or 'hpu...') keeps it",
+        "source": "bcc5172 __init__.py, the is_torch_fork / is_upstream_cpu checks before the library is loaded",
+    },
+    {
+        "release": "1.24",
+        "module": f"{PACKAGE}.*",
+        "change": "a file the index does not hold at bcc5172 did not change there; the reconstruction takes it from "
+        "v1.19.0, so a module deleted after 1.19 and never changed since would still be listed",
+        "source": "the public code index of HabanaAI/gaudi-pytorch-bridge",
     },
 ]
 
@@ -287,9 +325,13 @@ def main() -> None:
     parser.add_argument("repo", type=Path)
     parser.add_argument("--ref", default="v1.19.0")
     parser.add_argument("--te-ref", default="v1.18.0")
+    parser.add_argument("--te-repo", type=Path, help="the clone that holds --te-ref (default: repo)")
+    parser.add_argument("--out", help="file name beside this script (default: by --ref, see OUTPUTS)")
+    parser.add_argument("--source", help="what the table's source field says (default: the tag and its commit)")
     args = parser.parse_args()
-    commit, te_commit = commit_of(args.repo, args.ref), commit_of(args.repo, args.te_ref)
-    tree, te_tree = Tree(args.repo, commit), Tree(args.repo, te_commit)
+    te_repo = args.te_repo or args.repo
+    commit, te_commit = commit_of(args.repo, args.ref), commit_of(te_repo, args.te_ref)
+    tree, te_tree = Tree(args.repo, commit), Tree(te_repo, te_commit)
     modules: dict[str, dict[str, Entry]] = {}
     for module in public_modules(tree):
         if module == TE or module.startswith(TE + "."):
@@ -299,18 +341,20 @@ def main() -> None:
         if module == TE or module.startswith(TE + "."):
             modules[f"{PACKAGE}.{module}"] = te_tree.names(module)
     table = {
-        "source": f"https://github.com/HabanaAI/gaudi-pytorch-bridge, tag {args.ref} (commit {commit}), {ROOT}/",
+        "source": args.source
+        or f"https://github.com/HabanaAI/gaudi-pytorch-bridge, tag {args.ref} (commit {commit}), {ROOT}/",
         "te_source": (
             f"{PACKAGE}.{TE} and its submodules: tag {args.te_ref} (commit {te_commit}); from {args.ref} the package "
             "re-exports the non-public intel_transformer_engine (transformer_engine/__init__.py), whose source is "
             "not published"
         ),
-        "generator": "packages/habana/tests/data/generate_habana_api.py",
-        "changes_after_1_19": CHANGES,
+        "generator": "packages/habana-emulator/tests/data/generate_habana_api.py",
+        "changes_after_1_19": CHANGES if args.ref == "v1.19.0" else CHANGES_AFTER_BCC5172,
         "modules": dict(sorted(modules.items())),
     }
-    OUT.write_text(json.dumps(table, indent=1) + "\n")
-    print(f"wrote {OUT} ({len(modules)} modules, {sum(len(v) for v in modules.values())} names)")
+    out = Path(__file__).with_name(args.out or OUTPUTS.get(args.ref, f"habana_{args.ref}_api.json"))
+    out.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"wrote {out} ({len(modules)} modules, {sum(len(v) for v in modules.values())} names)")
 
 
 if __name__ == "__main__":
