@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -58,19 +59,19 @@ DATA = ROOT / "tools" / "data" / "torch_names.json"
 CACHE = Path.home() / ".cache" / "lightning-accel" / "torch-wheels"
 GENERATE = "python tools/torch_names.py generate"
 
-#: Every torch version the Gaudi packages (habana, deepspeed-hpu, core) support, and why.
-#:
-#: Intel's support matrix for Intel Gaudi software 1.23.0 (https://docs.habana.ai/en/latest/Support_Matrix/
-#: Support_Matrix.html, read in the project's stored copy of docs.habana.ai) lists "PyTorch 2.9" without a patch
-#: number: 2.9.1 is our assumption, not confirmed by Intel. 1.24.0 -> 2.10 and 1.24.1 -> 2.11: vllm-gaudi's README; the
-#: bridge of that period (gaudi-pytorch-bridge bcc5172, .devops/build_profiles/profiles.json) builds for 2.9.1, 2.10.0
-#: and 2.11.0. Graphcore's torch 2.0.1 is left out: that stack is tested at run time in its own nox session.
-SUPPORTED_TORCH: dict[str, str] = {
-    "2.9.1": "Intel Gaudi software 1.23",
-    "2.10.0": "Intel Gaudi software 1.24.0",
-    "2.11.0": "Intel Gaudi software 1.24.1",
-    "2.13.0": "the emulator's torch",
-}
+
+def _declared_torch_versions() -> dict[str, str]:
+    path = ROOT / "packages" / "habana" / "src" / "lightning_accel" / "habana" / "versions.py"
+    spec = importlib.util.spec_from_file_location("_habana_versions", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.SUPPORTED_TORCH)
+
+
+#: Every torch version the Gaudi packages (habana, deepspeed-hpu, core) support, and why: the table the habana package
+#: declares (lightning_accel.habana.versions), read from its file without importing the package (which imports torch).
+SUPPORTED_TORCH: dict[str, str] = _declared_torch_versions()
 
 #: The source folders whose torch names are checked (relative to the repository root).
 PACKAGES = ["packages/habana/src", "packages/deepspeed-hpu/src", "packages/core/src"]

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
+from lightning_utilities.core.rank_zero import rank_zero_warn
 
 from . import _devices, sdk
+from .versions import torch_version_warning
 
 if TYPE_CHECKING:
     from lightning_accel.core.compat import AcceleratorRegistryType
 
 __all__ = ["HPUDevices"]
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_about_torch_once() -> None:
+    # Once per process: every Trainer and Fabric of a run sets its device up.
+    message = torch_version_warning(torch.__version__)
+    if message is not None:
+        rank_zero_warn(message)
 
 
 class HPUDevices:
@@ -40,6 +51,7 @@ class HPUDevices:
             ConfigurationError: When ``device`` is not an HPU.
         """
         _devices.check_and_set_device(device)
+        _warn_about_torch_once()
 
     def teardown(self) -> None:
         """Nothing to release: the runtime frees the device with the process."""
