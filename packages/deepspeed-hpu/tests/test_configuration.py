@@ -145,6 +145,26 @@ def test_kernel_injection_needs_the_kernels_and_graphs_need_lazy_mode() -> None:
         tensor_parallel.validate(2, has_inference_kernels=True, lazy=True)
 
 
+def test_graphs_are_refused_before_the_engine_by_the_sdks_mode_though_eager_mode_exports_the_graph_apis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import deepspeed
+
+    from lightning_accel.habana import sdk
+
+    if sdk.core_module().is_lazy():
+        pytest.skip("needs the SDK in eager mode (PT_HPU_LAZY_MODE=0 or unset, the default)")
+    if sdk.is_emulated():
+        # The emulated SDK is the 1.24 period's: hpu.HPUGraph exists in eager mode, and creating one raises.
+        assert callable(sdk.hpu_module().HPUGraph)
+    built: list[Any] = []
+    monkeypatch.setattr(deepspeed, "init_inference", lambda *args, **kwargs: built.append(kwargs))
+    strategy = HPUDeepSpeedStrategy(enable_cuda_graph=True)
+    with pytest.raises(ConfigurationError, match=r"enable_cuda_graph=True .* lazy mode only \(PT_HPU_LAZY_MODE=1"):
+        strategy._initialize_deepspeed_inference(torch.nn.Linear(2, 2))
+    assert built == []  # refused before DeepSpeed builds the inference engine
+
+
 class _AsyncIOBuilder:
     """Stands in for DeepSpeed's AsyncIOBuilder, so that the test does not depend on this machine having libaio."""
 

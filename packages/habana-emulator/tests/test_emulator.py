@@ -28,11 +28,13 @@ _MODE_PROBE = (
 )
 
 
+# The graph APIs are exported in both modes from the SDK 1.24 period on (bridge bcc5172 hpu/__init__.py:46; 1.19.0
+# exported them in lazy mode only); creating a graph in eager mode raises instead (test_hpu_graph_fidelity.py).
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(None, "False False False\nFalse"), ("0", "False False False\nFalse"), ("1", "True True True\nTrue")],
+    [(None, "False True True\nFalse"), ("0", "False True True\nFalse"), ("1", "True True True\nTrue")],
 )
-def test_the_mode_is_read_once_at_load_eager_by_default_graph_apis_only_when_lazy(
+def test_the_mode_is_read_once_at_load_eager_by_default_graph_apis_in_both_modes(
     value: str | None, expected: str
 ) -> None:
     env = script_env()
@@ -49,6 +51,69 @@ def test_an_invalid_mode_is_refused_at_load_naming_the_variable() -> None:
     done = subprocess.run([PYTHON, "-c", _MODE_PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "PT_HPU_LAZY_MODE='lazy' is not a mode. Accepted: '0'" in done.stderr
+
+
+# What a load does under each emulated torch build (LIGHTNING_ACCEL_EMULATE_HPU_TORCH); lazy mode loads at the first
+# `import habana_frameworks.torch`, eager mode already at `import torch`.
+_BUILD_PROBE = (
+    "import os, torch, torch.distributed as dist\n"
+    "try:\n"
+    "    import habana_frameworks.torch.core as htcore\n"
+    "    print('LOADED', htcore.is_lazy())\n"
+    "except Exception as exc:\n"
+    "    print('REFUSED', type(exc).__name__, exc)\n"
+    "    print('AFTER', os.environ.get('HABANA_PROFILE'), 'hccl' in dist.Backend.backend_list)\n"
+)
+
+
+def _build_probe(**variables: str) -> list[str]:
+    env = script_env(**variables)
+    for name in ("PT_HPU_LAZY_MODE", "LIGHTNING_ACCEL_EMULATE_HPU_TORCH", "HABANA_PROFILE", "PT_HPU_AUTOLOAD"):
+        if name not in variables:
+            env.pop(name, None)
+    done = subprocess.run([PYTHON, "-c", _BUILD_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("build", "mode", "expected"),
+    [
+        (None, "1", "LOADED True"),  # Intel's torch build by default: lazy mode loads
+        ("intel", "1", "LOADED True"),
+        ("Intel", "0", "LOADED False"),
+        ("upstream", "0", "LOADED False"),  # eager mode loads on either build
+        ("upstream", None, "LOADED False"),
+    ],
+)
+def test_the_emulated_torch_build_allows_lazy_mode_on_intels_build(
+    build: str | None, mode: str | None, expected: str
+) -> None:
+    variables = {"LIGHTNING_ACCEL_EMULATE_HPU_TORCH": build, "PT_HPU_LAZY_MODE": mode}
+    assert _build_probe(**{k: v for k, v in variables.items() if v is not None}) == [expected]
+
+
+def test_lazy_mode_is_refused_at_load_on_upstream_torch_before_anything_else() -> None:
+    # bcc5172 torch/__init__.py:53-54: the SDK's AssertionError, before the library, core and hccl load.
+    lines = _build_probe(LIGHTNING_ACCEL_EMULATE_HPU_TORCH="upstream", PT_HPU_LAZY_MODE="1")
+    assert lines == [
+        f"REFUSED AssertionError Lazy mode (PT_HPU_LAZY_MODE=1) is not supported on upstream PyTorch "
+        f"{torch.__version__}: the Habana SDK loads lazy mode only on Intel's PyTorch build, and this emulator plays "
+        "PyPI's upstream build (LIGHTNING_ACCEL_EMULATE_HPU_TORCH=upstream). Run in eager mode (unset "
+        "PT_HPU_LAZY_MODE or set it to 0), or set LIGHTNING_ACCEL_EMULATE_HPU_TORCH=intel (the default) to emulate "
+        "Intel's build, where lazy mode loads.",
+        "AFTER None False",  # no HABANA_PROFILE default, no "hccl" backend: the load stopped first
+    ]
+
+
+def test_an_unknown_torch_build_is_refused_at_load_naming_the_variable() -> None:
+    lines = _build_probe(LIGHTNING_ACCEL_EMULATE_HPU_TORCH="pypi")
+    assert lines[0] == (
+        "REFUSED ConfigurationError LIGHTNING_ACCEL_EMULATE_HPU_TORCH='pypi' names no torch build the emulated Habana "
+        "SDK can stand on. Accepted (any case): 'intel' (Intel's torch build, as Intel's installer and containers "
+        "ship it: lazy mode loads); 'upstream' (PyPI's upstream CPU build of torch: the SDK refuses lazy mode when it "
+        "loads). Unset it to emulate Intel's build."
+    )
 
 
 def test_mark_step_counts_only_in_lazy_mode(lazy_mode: None) -> None:

@@ -2,7 +2,7 @@
 
 Each is checked against torch's own implementation on the ``"hpu"`` device (20 training steps of a small model for the
 optimizers and the clipping), against the SDK's formula where it differs from torch's (FusedAdamW's ``eps``), and for
-the SDK's refusals (gaudi-pytorch-bridge 1.19.0, ``hpex/``).
+the SDK's refusals (gaudi-pytorch-bridge bcc5172, ``hpex/``).
 """
 
 from __future__ import annotations
@@ -337,15 +337,62 @@ def test_fused_sdpa_refuses_the_sdks_unsupported_combinations() -> None:
     FusedSDPA.apply(q, k, v, None, 0.0, True, None, "fast", True).sum().backward()
 
 
-def test_fused_sdpa_refuses_on_a_first_generation_gaudi(monkeypatch: pytest.MonkeyPatch) -> None:
+# The emulated SDK runs on Gaudi 2 and 3 only (a first-generation Gaudi is refused when the SDK loads,
+# test_sdk_1_24_names.py), so FusedSDPA has no generation to refuse.
+
+
+def test_fused_sdpa_without_a_recompute_mode_follows_the_sdp_kernel_switch() -> None:
+    # The recompute variant refuses to return a dropout mask: which variant ran shows in that refusal.
+    import habana_frameworks.torch.hpu as hpu
     from habana_frameworks.torch.hpex.kernels import FusedSDPA
 
-    from lightning_accel.habana_emulator import _generation
-
-    monkeypatch.setattr(_generation, "_loaded", "gaudi")
     q, k, v = _qkv()
-    with pytest.raises(RuntimeError, match=r"Gaudi2 or later.*first-generation Gaudi"):
-        FusedSDPA.apply(q, k, v)
+    with pytest.raises(AssertionError, match="not supported in recompute"):
+        FusedSDPA.apply(q, k, v, None, 0.1, True, None, "None", None, None, "left", True)
+    with hpu.sdp_kernel(enable_recompute=False):
+        out, mask = FusedSDPA.apply(q, k, v, None, 0.1, True, None, "None", None, None, "left", True)
+    assert out.shape == q.shape and mask.shape == (2, 4, 6, 6)
+    # In inference one query row takes the recompute variant whatever was asked (bcc5172 FusedSDPA.py).
+    q1, k1, v1 = (t.detach() for t in _qkv())
+    with pytest.raises(AssertionError, match="not supported in recompute"):
+        FusedSDPA.apply(q1[:, :, :1], k1, v1, None, 0.1, False, None, "None", False, None, "left", True)
+
+
+def test_fused_sdpa_takes_a_2d_mask_and_fp32_softmax_for_bf16_and_gives_an_empty_inference_output() -> None:
+    from habana_frameworks.torch.hpex.kernels import FusedSDPA
+
+    q, k, v = (t.detach() for t in _qkv())
+    mask = (torch.rand(6, 6, generator=torch.Generator().manual_seed(4)) > 0.3).to("hpu")
+    mask[:, 0] = True
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(FusedSDPA.apply(q, k, v, mask), expected, atol=1e-5, rtol=1e-4)
+    with pytest.raises(AssertionError, match=r"unsupported 2D attention mask, the shape is not \(Nt, Ns\)"):
+        FusedSDPA.apply(q, k, v, mask[:5])
+    with pytest.raises(AssertionError, match="softmax_mode = fp32 is supported only when q/k/v inputs are BF16"):
+        FusedSDPA.apply(q, k, v, None, 0.0, True, None, "fp32")
+    bf16 = [t.to(torch.bfloat16) for t in (q, k, v)]
+    torch.testing.assert_close(
+        FusedSDPA.apply(*bf16, None, 0.0, True, None, "fp32").float(),
+        F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        atol=2e-2,
+        rtol=2e-2,
+    )
+    empty = FusedSDPA.apply(q[:0], k[:0], v[:0, :, :, :5])
+    assert empty.shape == (0, 4, 6, 5)
+
+
+def test_fused_sdpa_refuses_a_window_or_sinks_by_name() -> None:
+    from habana_frameworks.torch.hpex.kernels import FusedSDPA
+
+    q, k, v = _qkv()
+    args = (None, 0.0, True, None, "None", True, None, "left", False, False)
+    with pytest.raises(NotImplementedError, match=r"FusedSDPA with window_size=\(4, 0\) is not emulated"):
+        FusedSDPA.apply(q, k, v, *args, (4, 0))
+    with pytest.raises(NotImplementedError, match=r"FusedSDPA with sink=<a tensor> is not emulated"):
+        FusedSDPA.apply(q, k, v, *args, (-1, -1), torch.zeros(4, device="hpu"))
+    # Their defaults, given explicitly, are the plain kernel; a backward returns a gradient per input.
+    FusedSDPA.apply(q, k, v, *args, (-1, -1), None).sum().backward()
+    assert q.grad is not None and q.grad.shape == q.shape
 
 
 def test_fused_optimizers_refuse_as_the_sdk() -> None:

@@ -1,9 +1,9 @@
 """The emulated ``hpu.metrics`` and ``utils.experimental.detect_recompilation`` count what the emulator compiles.
 
-Source: gaudi-pytorch-bridge 1.19.0, ``python_packages/habana_frameworks/torch/hpu/metrics/`` (names, fields, the
-local context, the dump formats) and ``backend/synapse_helpers/graph.cpp:612-620`` (a ``GRAPH_COMPILE`` event per
-Synapse graph compiled outside eager mode's per-operator recipes). The tests run in one child pytest process, as the
-compile tests do (loading the ``"hpu"`` device and Inductor's state cannot be undone).
+Source: gaudi-pytorch-bridge bcc5172, ``python_packages/habana_frameworks/torch/hpu/metrics/`` (names, fields, the
+local context, the dump formats, the exit dump), and 1.19.0's ``backend/synapse_helpers/graph.cpp:612-620`` (a
+``GRAPH_COMPILE`` event per Synapse graph compiled outside eager mode's per-operator recipes). The tests run in one
+child pytest process, as the compile tests do (loading the ``"hpu"`` device and Inductor's state cannot be undone).
 """
 
 from __future__ import annotations
@@ -53,8 +53,11 @@ def test_the_sdks_metrics_and_fields() -> None:
         "cpu_fallback": ["TotalNumber", "FallbackOps"],
         "memory_defragmentation": ["TotalNumber", "TotalSuccessful", "AvgTime", "MaxTime"],
     }
-    with pytest.raises(metrics.MetricNotFound, match="no_such_metric"), metrics.metric_localcontext("no_such_metric"):
-        pass
+    # Filled when the device's context finishes, at the process's exit (test_the_exit_dump_...).
+    assert metrics.metric_global("device_memory").stats() == {}
+    with pytest.raises(metrics.MetricNotFoundError, match="no_such_metric"):
+        with metrics.metric_localcontext("no_such_metric"):
+            pass
 
 
 @isolated
@@ -118,7 +121,12 @@ def test_metrics_dump_writes_the_sdks_json_and_text(tmp_path: Path) -> None:
     metrics_dump(str(tmp_path / "m.json"))
     metrics_dump(str(tmp_path / "m.json"))  # a taken name gets ".1" (saver.py:36-50)
     dumped = json.loads((tmp_path / "m.json").read_text())
-    assert [entry["metric_name"] for entry in dumped] == ["graph_compilation", "cpu_fallback", "memory_defragmentation"]
+    assert [entry["metric_name"] for entry in dumped] == [
+        "graph_compilation",
+        "cpu_fallback",
+        "memory_defragmentation",
+        "device_memory",
+    ]
     assert dumped[0]["triggered_by"] == "user"
     assert set(dumped[0]["statistics"]) == {"TotalNumber", "TotalTime", "AvgTime"}
     assert json.loads((tmp_path / "m.json.1").read_text())[1]["statistics"] == _stats(metric_global("cpu_fallback"))
@@ -130,6 +138,58 @@ def test_metrics_dump_writes_the_sdks_json_and_text(tmp_path: Path) -> None:
     assert first[1].startswith("Triggered by: ") and first[1].endswith("user")
     assert first[2].startswith("Generated on: ")
     assert "Statistics:\n\tTotalNumber: " in text
+
+
+@isolated
+def test_a_metric_takes_in_its_queued_events_when_read_and_can_be_unregistered(eager_mode: None) -> None:
+    from lightning_accel.habana_emulator.hpu.metrics import metrics
+
+    before = _compilations()
+    metrics._record_graph_compilation("a_graph", 5)
+    metrics._record_graph_compilation("another", 7)
+    assert _compilations() == before + 2  # queued until read, as the bridge's dispatcher queues them
+
+    class SecondCount(metrics.GraphCompilationMetric):
+        def name(self) -> str:
+            return "second_compilation_count"
+
+    manager = metrics._manager()
+    manager.register("second_compilation_count", SecondCount)
+    with pytest.raises(AssertionError, match=r"Metric with given name \(second_compilation_count\) is already"):
+        manager.register("second_compilation_count", SecondCount)
+    metrics._record_graph_compilation("a_third", 1)
+    assert _stats(metrics.metric_global("second_compilation_count"))["TotalNumber"] == 1
+    manager.unregister("second_compilation_count")
+    assert metrics.metric_global("second_compilation_count") is None
+    with pytest.raises(AssertionError, match=r"\(second_compilation_count\) is not registered"):
+        manager.unregister("second_compilation_count")
+
+
+_EXIT_DUMP_SCRIPT = """
+import sys, torch
+import habana_frameworks.torch.hpu as hpu
+if sys.argv[1] == "use":
+    keep = torch.ones(256, 1024, device="hpu")  # 1 MiB: the device is acquired
+print(hpu.is_initialized())
+"""
+
+
+@pytest.mark.parametrize("use", ["use", "idle"])
+def test_the_exit_dump_is_written_once_the_device_was_acquired(tmp_path: Path, use: str) -> None:
+    # At the exit the SDK dumps the global metrics if the device was acquired (its saver is enabled on the bridge's
+    # DEVICE_ACQUIRED event), after the device context reported its peak memory (device_memory).
+    target = tmp_path / "exit.json"
+    env = script_env(LIGHTNING_ACCEL_EMULATE="hpu", PT_HPU_METRICS_FILE=str(target))
+    done = subprocess.run([PYTHON, "-c", _EXIT_DUMP_SCRIPT, use], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    if use == "idle":
+        assert done.stdout.split() == ["False"] and not target.exists()
+        return
+    dumped = {entry["metric_name"]: entry for entry in json.loads(target.read_text())}
+    assert set(dumped) == {"graph_compilation", "cpu_fallback", "memory_defragmentation", "device_memory"}
+    assert dumped["device_memory"]["triggered_by"] == "process_exit"
+    assert dumped["device_memory"]["statistics"]["peak_bytes"] >= 1 << 20
+    assert dumped["device_memory"]["statistics"]["workspace_bytes"] == 0
 
 
 class _Block(torch.nn.Module):

@@ -64,13 +64,13 @@ def _mode_fixture(lazy: bool) -> Iterator[None]:
 
 @pytest.fixture
 def lazy_mode() -> Iterator[None]:
-    """The SDK in lazy mode (``PT_HPU_LAZY_MODE=1``): mark_step builds graphs, the HPU graph APIs are exported."""
+    """The SDK in lazy mode (``PT_HPU_LAZY_MODE=1``): mark_step builds graphs, HPU graphs can be captured."""
     yield from _mode_fixture(True)
 
 
 @pytest.fixture
 def eager_mode() -> Iterator[None]:
-    """The SDK in eager mode (``PT_HPU_LAZY_MODE=0``, the default since 1.21): torch.compile, no graph APIs."""
+    """The SDK in eager mode (``PT_HPU_LAZY_MODE=0``, the default since 1.21): torch.compile; HPU graphs refused."""
     yield from _mode_fixture(False)
 
 

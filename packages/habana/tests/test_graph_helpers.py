@@ -3,8 +3,10 @@
 Source: gaudi-pytorch-bridge 1.19.0, ``python_packages/habana_frameworks/torch/hpu/graphs.py``:
 ``wrap_in_hpu_graph_func`` (:662-699) is ``wrap_in_hpu_graph``'s cache for a function; ``wrapped_hpugraph_forward``
 (:553-659) pops ``warmup_mode``, ``bypass_hpu_graphs`` and ``cache_tensors_list``; ``input_hash``, ``copy_to``,
-``get_user_input_tensor_list``, ``extract_tensors``, ``get_tensor_info`` and ``stringify`` (:35-39, :488-550). A
-captured graph replays without running the Python, so a counter in the function tells captures from replays.
+``get_user_input_tensor_list``, ``extract_tensors``, ``get_tensor_info`` and ``stringify`` (:35-39, :488-550). What
+the SDK 1.24 period changed (bcc5172, the same file): ``input_hash`` keys on dtype and dataclass fields, the helpers
+walk dataclasses, and ``is_any_cpu_float_bfloat_0d_tensors`` and ``log_stats`` are new. A captured graph replays
+without running the Python, so a counter in the function tells captures from replays.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from lightning_accel.habana.sdk import htcore
 
-# The SDK exports the HPU graph APIs in lazy mode only (PT_HPU_LAZY_MODE=1).
+# HPU graphs are created in lazy mode only (PT_HPU_LAZY_MODE=1); SDK 1.24 exports the names in eager mode too.
 pytestmark = pytest.mark.usefixtures("lazy_mode")
 
 
@@ -119,6 +121,21 @@ def test_input_hash_tells_signatures_apart_not_values() -> None:
         input_hash(({1},))
 
 
+@pytest.mark.emulator_only  # the 1.24 period's input_hash (bcc5172); the public 1.23 source, if any, is not known
+def test_input_hash_of_the_1_24_period_keys_on_dtype_and_dataclass_fields() -> None:
+    @dataclass
+    class Inputs:
+        ids: torch.Tensor
+        length: int
+
+    input_hash = htcore.hpu.input_hash
+    x = torch.randn(4, 6, device="hpu")
+    assert input_hash((x,)) != input_hash((x.to(torch.bfloat16),))
+    assert input_hash(Inputs(x, 3)) == input_hash(Inputs(torch.zeros(4, 6, device="hpu"), 3))
+    assert input_hash(Inputs(x, 3)) != input_hash(Inputs(x, 4))
+    assert input_hash(Inputs(x, 3)) != input_hash(Inputs(x[:2], 3))
+
+
 def test_copy_to_fills_captured_inputs_in_place() -> None:
     static = ({"x": torch.zeros(2, device="hpu"), "n": 1}, [torch.zeros(3, device="hpu")])
     first = static[0]["x"]
@@ -126,6 +143,27 @@ def test_copy_to_fills_captured_inputs_in_place() -> None:
     assert static[0]["x"] is first and static[0]["n"] == 1  # tensors are written into; other values stay
     torch.testing.assert_close(first.cpu(), torch.ones(2))
     torch.testing.assert_close(static[1][0].cpu(), torch.arange(3.0))
+
+
+@pytest.mark.emulator_only  # the 1.24 period's helpers (bcc5172); the public 1.23 source, if any, is not known
+def test_the_helpers_of_the_1_24_period_walk_dataclasses_and_find_cpu_scalars() -> None:
+    @dataclass
+    class Inputs:
+        ids: torch.Tensor
+        scale: torch.Tensor
+        name: str
+
+    static = Inputs(torch.zeros(3, device="hpu"), torch.tensor(1.0), "a")
+    htcore.hpu.copy_to(static, Inputs(torch.arange(3.0, device="hpu"), torch.tensor(0.5), "b"))
+    assert static.ids.cpu().tolist() == [0.0, 1.0, 2.0] and static.scale.item() == 0.5 and static.name == "a"
+    found = htcore.hpu.get_user_input_tensor_list(((static,), {}), ())
+    assert [t is u for t, u in zip(found, (static.ids, static.scale), strict=True)] == [True, True]
+    # A 0-d float32 or bfloat16 CPU tensor (a scale): the SDK hands such inputs to the replay.
+    is_scalar_input = htcore.hpu.is_any_cpu_float_bfloat_0d_tensors
+    assert is_scalar_input(found) and is_scalar_input([torch.tensor(1.0, dtype=torch.bfloat16)])
+    assert not is_scalar_input(
+        [static.ids, torch.tensor(1), torch.tensor(1.0, dtype=torch.float64), torch.ones(1), 2.0]
+    )
 
 
 @pytest.mark.emulator_only

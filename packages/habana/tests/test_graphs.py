@@ -15,10 +15,11 @@ from lightning.pytorch import LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_accel.core.errors import ConfigurationError
-from lightning_accel.habana import HPUGraphs
+from lightning_accel.habana import HPUGraphs, sdk
 from lightning_accel.habana.sdk import htcore
 
-# The SDK exports the HPU graph APIs in lazy mode only (PT_HPU_LAZY_MODE=1).
+# HPU graphs are created in lazy mode only (PT_HPU_LAZY_MODE=1): SDK 1.19 exports the graph APIs in lazy mode only, and
+# from the 1.24 period on they are exported in eager mode too but refuse to create a graph there.
 pytestmark = pytest.mark.usefixtures("lazy_mode")
 
 BATCH = 32
@@ -352,6 +353,23 @@ def test_hpu_graphs_callback_arguments_and_compiled_models_are_refused() -> None
     compiled = torch.compile(Predictor())
     with pytest.raises(ConfigurationError, match="cannot be combined"):
         _trainer(callbacks=[HPUGraphs()]).predict(compiled, DataLoader(_data(1, 4), batch_size=4))
+
+
+def test_hpu_graphs_callback_refuses_eager_mode_before_the_run_though_the_graph_apis_exist(
+    request: pytest.FixtureRequest,
+) -> None:
+    request.getfixturevalue("eager_mode")  # after the module's lazy mode: eager for this test
+    if sdk.is_emulated():
+        # The emulated SDK is the 1.24 period's: its graph names exist in eager mode, so the callback cannot (and does
+        # not) tell the mode from them; it asks the SDK's is_lazy().
+        assert callable(htcore.hpu.wrap_in_hpu_graph) and callable(htcore.hpu.ModuleCacher)
+    model = Predictor()
+    with pytest.raises(
+        ConfigurationError,
+        match=r"HPUGraphs\(stages=\('validate', 'test', 'predict'\)\) needs the SDK's lazy mode: .*PT_HPU_LAZY_MODE=1",
+    ):
+        _trainer(callbacks=[HPUGraphs()]).predict(model, DataLoader(_data(1, 4), batch_size=4))
+    assert model.forward_bodies == 0 and "forward" not in model.__dict__  # refused before the first batch
 
 
 def test_graphs_refuse_compiled_modules() -> None:

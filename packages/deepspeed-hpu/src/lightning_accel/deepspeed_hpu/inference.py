@@ -104,7 +104,8 @@ class InferenceSettings:
             world_size: The number of processes.
             has_inference_kernels: Whether DeepSpeed ships its ``transformer_inference`` op (Intel's DeepSpeed for
                 Gaudi does; upstream DeepSpeed does not, and its HPU builder cannot compile one).
-            lazy: Whether the SDK runs in lazy mode (it exports HPU graphs in lazy mode only).
+            lazy: Whether the SDK runs in lazy mode, where HPU graphs can be created (SDK 1.19 exports them in lazy
+                mode only; from the 1.24 period on they are exported in eager mode too, and creating one raises).
 
         Raises:
             ConfigurationError: Naming the option, its value and the fix.
@@ -116,11 +117,13 @@ class InferenceSettings:
                 "has none for HPUs; Intel's DeepSpeed for Gaudi does. Accepted here: replace_with_kernel_inject=False "
                 "(tensor parallelism by injection_policy or automatic TP still works), or install Intel's DeepSpeed."
             )
+        # The SDK's mode decides, not whether hpu.HPUGraph exists: DeepSpeed's HPU accelerator creates its graphs with
+        # hpu.HPUGraph(), which from the 1.24 period on exists in eager mode too and raises there at the first forward.
         if self.options.get("enable_cuda_graph") and not lazy:
             raise ConfigurationError(
                 "enable_cuda_graph=True records the model as an HPU graph, which the Habana SDK offers in lazy mode "
-                "only (PT_HPU_LAZY_MODE=1 when the process starts; eager is the default). Accepted in eager mode: "
-                "enable_cuda_graph=False."
+                "only (PT_HPU_LAZY_MODE=1 when the process starts; eager is the default, and in eager mode SDK 1.24 "
+                "refuses to create a graph). Accepted in eager mode: enable_cuda_graph=False."
             )
         size = self.tp_size
         if size < 1 or world_size % size:

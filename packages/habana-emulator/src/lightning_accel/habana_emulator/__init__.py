@@ -31,10 +31,14 @@ as the SDK loads its bridge; ``_native`` does it) and registers ``hpu`` as torch
 ``device="hpu"`` are plain ``torch.Tensor`` objects on the HPU dispatch key, and their memory is host memory.
 """
 
-from . import _load_effects
+from . import _load_effects, _torch_build
 
-# As the SDK's first line (torch/__init__.py:22-23): no inductor compile process pool.
+# As the SDK's first line (bcc5172 torch/__init__.py:20-21): no inductor compile process pool.
 _load_effects.set_inductor_threads()
+# Then, before anything else of the load (:39-54), the SDK checks the torch build it stands on: lazy mode is refused
+# on upstream's CPU build. The build emulated is read once here (LIGHTNING_ACCEL_EMULATE_HPU_TORCH).
+_torch_build.load_torch_build()
+_torch_build.refuse_lazy_mode_on_upstream()
 
 from . import (  # noqa: E402, F401
     _autocast,
@@ -46,9 +50,10 @@ from . import (  # noqa: E402, F401
     dynamo,
     hpex,
     hpu,
+    hw_utilization_metric,  # the SDK imports it at load (bcc5172 __init__.py:77)
     utils,
 )
-from .distributed import hccl as _hccl  # noqa: E402,F401  (the SDK's __init__.py:55 imports it: its load effects)
+from .distributed import hccl as _hccl  # noqa: E402,F401  (the SDK's __init__.py:75 imports it: its load effects)
 from .utils.internal import is_lazy  # noqa: E402
 
 # The SDK modules the emulator does not provide refuse by name, with the reason (not a bare ModuleNotFoundError).
@@ -69,6 +74,14 @@ _custom_ops.register(core.is_lazy())
 # And, as the SDK's library does when it loads, reads the autocast lists once and registers the autocast kernels.
 _autocast.install()
 
+# The SDK's own reading of the torch build it stands on (bcc5172 __init__.py:39-45): the emulated build's.
+is_torch_fork = _torch_build.torch_build() == "intel"
+is_upstream_cpu = _torch_build.torch_build() == "upstream"
+
 _not_emulated.provide(globals(), "habana_frameworks.torch")
 
-__all__ = ["core", "dynamo", "hpex", "hpu", "is_lazy", "utils"]
+# The SDK's last statement: the version module its wheel build writes (bound over the submodule, as there).
+from .version import __version__ as __version__  # noqa: E402
+from .version import version as version  # noqa: E402
+
+__all__ = ["core", "dynamo", "hpex", "hpu", "hw_utilization_metric", "is_lazy", "utils"]

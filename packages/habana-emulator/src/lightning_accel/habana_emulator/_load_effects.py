@@ -2,18 +2,19 @@
 
 The list, with its sources, is in docs/emulator.md ("What loading the SDK does").
 
-Each function below is one effect of gaudi-pytorch-bridge 1.19.0's Python (paths under
+Each function below is one effect of the SDK's Python at gaudi-pytorch-bridge bcc5172 (the 1.24 period; paths under
 ``python_packages/habana_frameworks/torch/``), called from the emulated module whose import does it on the SDK:
 
-* :func:`set_inductor_threads` -- ``__init__.py:23``;
-* :func:`default_habana_profile` -- ``core/__init__.py:121-125,147``;
-* :func:`overwrite_torch_functions` -- ``core/__init__.py:49`` running ``core/torch_overwrites.py:117-497``;
-* the ``hpu_backend`` registration -- ``core/__init__.py:55`` imports ``dynamo/compile_backend/backends.py``, whose
-  ``@register_backend`` runs (``backends.py:47``), in eager and lazy mode;
-* the distributed set-up -- ``__init__.py:55`` imports ``distributed/hccl/__init__.py``, which runs
-  ``initialize_distributed_hpu()`` (``:113``), registers ``"hccl"`` (``:120``) and keeps collectives out of dynamo
-  graphs (:func:`disallow_collectives_in_graph`, ``:123-165``).
+* :func:`set_inductor_threads` -- ``__init__.py:20-21``;
+* :func:`default_habana_profile` -- ``core/__init__.py:117-121``, called at ``:143``;
+* :func:`overwrite_torch_functions` -- ``core/__init__.py:48`` running ``core/torch_overwrites.py:117-586``;
+* the ``hpu_backend`` registration -- ``core/__init__.py:53-56`` imports ``dynamo/compile_backend/backends.py``, whose
+  ``@register_backend`` runs, in eager and lazy mode;
+* the distributed set-up -- ``__init__.py:75`` imports ``distributed/hccl/__init__.py``, which runs
+  ``initialize_distributed_hpu()`` (``:127``), registers ``"hccl"`` (``:139``) and keeps collectives out of dynamo
+  graphs (:func:`disallow_collectives_in_graph`, ``:142-188``).
 
+The checks of the torch build that come before all of these (``__init__.py:39-54``) are :mod:`._torch_build`'s.
 In eager mode the SDK loads at the end of ``import torch`` (torch's device-backend autoload), in lazy mode at the first
 ``import habana_frameworks.torch``; so do these effects. Each runs once per process.
 """
@@ -32,6 +33,8 @@ from . import _module_names
 
 __all__ = [
     "APPLIED",
+    "COMM_GROUP_CACHE_VAR",
+    "comm_group_cache_enabled",
     "default_habana_profile",
     "disallow_collectives_in_graph",
     "overwrite_torch_functions",
@@ -65,29 +68,30 @@ def _once(name: str) -> bool:
 
 
 def set_inductor_threads() -> None:
-    """``TORCHINDUCTOR_COMPILE_THREADS=1``, set unconditionally (``__init__.py:22-23``: no inductor process pool)."""
+    """``TORCHINDUCTOR_COMPILE_THREADS=1``, set unconditionally (``__init__.py:20-21``: no inductor process pool)."""
     if _once("TORCHINDUCTOR_COMPILE_THREADS"):
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
 
 def default_habana_profile() -> None:
-    """``HABANA_PROFILE=profile_api_light`` when it is unset (``core/__init__.py:121-125``, called at ``:147``)."""
+    """``HABANA_PROFILE=profile_api_light`` when it is unset (``core/__init__.py:117-121``, called at ``:143``)."""
     if _once("HABANA_PROFILE"):
         os.environ.setdefault("HABANA_PROFILE", "profile_api_light")
 
 
 def overwrite_torch_functions(lazy: bool) -> None:
-    """The SDK's wrappers of torch functions (``core/torch_overwrites.py:117-497``).
+    """The SDK's wrappers of torch functions (bcc5172 ``core/torch_overwrites.py:117-586``).
 
-    Both modes: ``distributed_c10d._get_pg_default_device`` answers ``hpu`` for an ``"hccl"`` group (``:119-129``);
-    ``torch.manual_seed`` seeds the HPU generator too and ``torch.seed`` reseeds it (``:133-147``, ``:489-497``);
-    ``torch.distributed.init_process_group`` and ``new_group`` become wrappers with the parameters of torch 2.5 minus
-    any newer ones, so ``device_id=`` is refused with a ``TypeError`` (``:187-257``); ``torch.random.fork_rng`` forks
-    the HPU generator by default (``:364-382``).
+    Both modes: ``distributed_c10d._get_pg_default_device`` answers ``hpu`` for an ``"hccl"`` group (``:117-129``);
+    ``torch.manual_seed`` seeds the HPU generator too and ``torch.seed`` reseeds it (``:149``, ``:524``);
+    ``torch.distributed.init_process_group`` and ``new_group`` become the SDK's wrappers (``:187-277``, see
+    :func:`_wrap_process_groups`): ``device_id`` is taken, passed on (an index-less HPU as ``hpu:0``) for an
+    ``"hccl"`` group while ``PT_ENABLE_COMM_GROUP_CACHE`` is on, dropped otherwise; ``torch.random.fork_rng`` forks
+    the HPU generator by default (``:384-402``).
 
-    Lazy mode only: ``torch.save`` copies tensors to the host first (``:389-432``) and ``torch.load`` loads to the
-    host and then moves to ``map_location`` (``:501-560``); every module assigned as a child afterwards gets the
-    SDK's module-name hooks (``:162-183``, ``:259-282``; :mod:`._module_names`).
+    Lazy mode only: ``torch.save`` copies tensors to the host first (``:451``) and ``torch.load`` loads to the
+    host and then moves to ``map_location`` (``:586``); every module assigned as a child afterwards gets the
+    SDK's module-name hooks (``:185``, ``:302``; :mod:`._module_names`).
     """
     if not _once("overwrite_torch_functions"):
         return
@@ -105,7 +109,7 @@ def overwrite_torch_functions(lazy: bool) -> None:
             return torch.device("hpu")
         return original_default_device(group)
 
-    # The SDK replaces this function at load too (bridge 1.19.0 core/torch_overwrites.py:119-129).
+    # The SDK replaces this function at load too (bcc5172 core/torch_overwrites.py:117-129).
     dist.distributed_c10d._get_pg_default_device = _get_pg_default_device
 
     original_manual_seed = torch.manual_seed
@@ -146,13 +150,68 @@ def overwrite_torch_functions(lazy: bool) -> None:
         APPLIED.add("lazy module-name hooks")
 
 
+#: The SDK's switch of its communicator-group cache (a bridge-config flag, ``scripts/env_flags.yaml``; on by default).
+COMM_GROUP_CACHE_VAR = "PT_ENABLE_COMM_GROUP_CACHE"
+
+_comm_group_cache: bool | None = None
+
+
+def comm_group_cache_enabled() -> bool:
+    """``PT_ENABLE_COMM_GROUP_CACHE``, read at the first call that asks and kept, as the bridge's config caches it.
+
+    Raises:
+        ValueError: For a value that is not a boolean (the bridge stops the process there).
+    """
+    global _comm_group_cache
+    if _comm_group_cache is None:
+        raw = os.environ.get(COMM_GROUP_CACHE_VAR, "")
+        # The bridge's parse (env_flags.cpp): empty is the default, 1/true and 0/false in any case, nothing else.
+        if raw == "":
+            _comm_group_cache = True
+        elif raw.lower() in ("1", "true"):
+            _comm_group_cache = True
+        elif raw.lower() in ("0", "false"):
+            _comm_group_cache = False
+        else:
+            raise ValueError(
+                f"{COMM_GROUP_CACHE_VAR}={raw!r} is not a boolean. Accepted (any case): 1/true (the SDK's default: "
+                "init_process_group and new_group of an 'hccl' group take the cached path, which passes device_id "
+                "on) or 0/false (init_process_group drops device_id); unset it for the default."
+            )
+    return _comm_group_cache
+
+
+def _hccl_or_default(backend: Any) -> bool:
+    # The SDK's test (torch_overwrites.py:204-205, :238-240): no backend named, or a name containing "hccl"
+    # ("cpu:gloo,hpu:hccl" too); a backend that is not a string fails there, as it does on the SDK.
+    return backend is None or "hccl" in backend
+
+
 def _wrap_process_groups(dist: Any) -> None:
     from datetime import timedelta
+
+    from torch.distributed.constants import default_pg_timeout
 
     init_original = dist.init_process_group
     new_group_original = dist.new_group
 
-    # The SDK's wrappers list these parameters and no others (torch_overwrites.py:192, :214-223).
+    # bcc5172 core/torch_overwrites.py:193-274. The wrappers have these parameters and no others: torch's newer ones
+    # (new_group's sort_ranks, init_process_group's _ranks) are a TypeError, and so is init_process_group without a
+    # backend. The SDK keeps a rank-tuple cache of the groups on the cached path, but empties it on every call
+    # (:209, :241), so no call is ever answered from it; what the path changes is what reaches torch.
+    @functools.wraps(new_group_original)
+    def new_group(
+        ranks: Any = None,
+        timeout: Any = default_pg_timeout,
+        backend: Any = None,
+        pg_options: Any = None,
+        use_local_synchronization: bool = False,
+        group_desc: Any = None,
+        device_id: torch.device | None = None,
+    ) -> Any:
+        # Both paths, cached or not, hand torch all seven values, by position (:218-220, :223).
+        return new_group_original(ranks, timeout, backend, pg_options, use_local_synchronization, group_desc, device_id)
+
     @functools.wraps(init_original)
     def init_process_group(
         backend: Any,
@@ -163,24 +222,20 @@ def _wrap_process_groups(dist: Any) -> None:
         store: Any = None,
         group_name: str = "",
         pg_options: Any = None,
+        device_id: Any = None,
     ) -> Any:
-        return init_original(
-            backend,
-            init_method=init_method,
-            timeout=timeout,
-            world_size=world_size,
-            rank=rank,
-            store=store,
-            group_name=group_name,
-            pg_options=pg_options,
-        )
+        if comm_group_cache_enabled() and _hccl_or_default(backend):
+            # :246-247: torch wants an index ("Please use a device_id with index."), so an index-less HPU becomes the
+            # first one; any other device_id goes on as given (an int fails here, as on the SDK).
+            if device_id is not None and device_id.type == "hpu" and device_id.index is None:
+                device_id = torch.device("hpu", 0)
+            init_original(backend, init_method, timeout, world_size, rank, store, group_name, pg_options, device_id)
+            return None
+        # :264-274: the eight values before device_id, which is dropped (a "gloo" group never gets one).
+        return init_original(backend, init_method, timeout, world_size, rank, store, group_name, pg_options)
 
-    @functools.wraps(new_group_original)
-    def new_group(ranks: Any = None, timeout: Any = None, backend: Any = None, pg_options: Any = None) -> Any:
-        return new_group_original(ranks, timeout=timeout, backend=backend, pg_options=pg_options)
-
-    # As on the SDK (functools.wraps there too), inspect.signature() shows torch's parameters, device_id included,
-    # while a call with device_id= fails with a TypeError.
+    # As on the SDK (functools.wraps there too), inspect.signature() shows torch's parameters, while the call takes
+    # the wrapper's.
     dist.init_process_group = init_process_group
     dist.new_group = new_group
 
@@ -233,7 +288,7 @@ def _wrap_serialization() -> None:
 
 
 def disallow_collectives_in_graph() -> None:
-    """Keep every ``torch.distributed`` collective out of dynamo graphs (``distributed/hccl/__init__.py:123-165``)."""
+    """Keep every ``torch.distributed`` collective out of dynamo graphs (``distributed/hccl/__init__.py:142-188``)."""
     if not _once("collectives disallowed in graph"):
         return
     import torch._dynamo

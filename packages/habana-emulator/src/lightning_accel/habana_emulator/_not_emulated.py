@@ -1,9 +1,9 @@
 """The SDK names the emulator cannot provide honestly, with the reason, and the stand-ins that say so when used.
 
-The SDK's public surface (gaudi-pytorch-bridge 1.19.0, ``python_packages/habana_frameworks/torch/``; the table in
-``packages/habana/tests/data/habana_1_19_api.json``) has names whose work only a Gaudi can do: Synapse graph
-compilation and its tuning switches, TPC/MME kernels, ``hl-smi`` and the runtime's metrics. The emulator does not
-fake them. Each is listed here with the reason:
+The SDK's public surface (gaudi-pytorch-bridge bcc5172, the 1.24 period, ``python_packages/habana_frameworks/torch/``;
+the table in ``packages/habana-emulator/tests/data/habana_1_24_api.json``) has names whose work only a Gaudi can do:
+Synapse graph compilation and its tuning switches, TPC/MME kernels, ``hl-smi`` and the runtime's event dispatcher. The
+emulator does not fake them. Each is listed here with the reason:
 
 * a whole module (:data:`MODULES`; a key ``X.*`` covers ``X`` and every module under it): importing it under emulation
   raises :class:`NotEmulatedModuleError`, an ``ImportError`` (libraries that try such an import and fall back keep
@@ -56,6 +56,8 @@ MODULES: dict[str, str] = {
     f"{SDK}.core.torch_overwrites": "the SDK's wrappers of torch functions; their load effects are reproduced in "
     "place (docs/emulator.md, what loading the SDK does), the module itself is not",
     f"{SDK}.core.weight_sharing": "lazy-mode weight sharing between graphs of the Synapse compiler",
+    f"{SDK}.distributed.tensor.*": "DTensor sharding rules of the SDK's own operators (torch.ops.hpu.linear, matmul "
+    "and the fused attention kernels), which the emulator does not register",
     f"{SDK}.dynamo.compile_backend.*": "a part of the SDK's torch.compile backend other than hpu_backend: "
     + _GRAPH_COMPILER,
     f"{SDK}.dynamo.debug_utils.*": _TOOLS,
@@ -68,6 +70,8 @@ MODULES: dict[str, str] = {
     f"{SDK}.hpex.kernels.EmbeddingBag": _KERNELS,
     f"{SDK}.hpex.kernels.EmbeddingBagPreproc": _KERNELS,
     f"{SDK}.hpex.kernels.Fp8FusedSDPA": _KERNELS,
+    f"{SDK}.hpex.kernels.MixtureOfExperts": "the fp8 mixture-of-experts wrappers of Gaudi's fused MoE kernels "
+    "(torch.ops.hpu.mixture_of_experts), which the emulator does not have",
     f"{SDK}.hpex.kernels.PySDPA": _KERNELS,
     f"{SDK}.hpex.kernels.RandomSeed": _KERNELS,
     f"{SDK}.hpex.kernels.RotaryPosEmbeddingHelper": _KERNELS,
@@ -85,6 +89,7 @@ MODULES: dict[str, str] = {
     f"{SDK}.hpex.optimizers.distributed.*": "the SDK's FusedAdamW for torch's distributed optimizers (overlapped "
     "with DDP's communication hooks); use hpex.optimizers.FusedAdamW",
     f"{SDK}.internal.*": "internal tools of the SDK (bridge configuration, Synapse recipe recording)",
+    f"{SDK}.jit.*": "TorchScript passes of the SDK's graph compiler (its fork of torch.jit): " + _GRAPH_COMPILER,
     f"{SDK}.low_overhead_profiler.*": _TOOLS,
     f"{SDK}.media_pyt_bridge": "the Gaudi media pipeline (hardware decoders)",
     f"{SDK}.profiler.*": _TOOLS,
@@ -111,10 +116,9 @@ NAMES: dict[str, dict[str, str]] = {
         "REQUIRED_VERSION_FILE": "the SDK's check of the torch version it was compiled for",
         "REQUIRED_VERSION_FILE_PATH": "the SDK's check of the torch version it was compiled for",
         "bc": "the SDK's bridge configuration (internal.bridge_config, a compiled module)",
-        "is_torch_fork": "whether Intel's torch fork is installed (the emulator runs on stock torch)",
         "lib_to_load": "the name of the SDK's compiled library",
-        "overwrite_torch_optimizers": "replaces torch's Adam/AdamW with the SDK's mark-step variants "
-        "(PT_HPU_REPLACE_ADAM_ADAMW), lazy-mode graph tuning",
+        "libdir": "the directory of the SDK's compiled library (the emulator has none)",
+        "libpath": "the path of the SDK's compiled library (the emulator has none)",
         "run_time_ver": "the SDK's check of the torch version it was compiled for",
     },
     f"{SDK}.core": {
@@ -125,6 +129,8 @@ NAMES: dict[str, dict[str, str]] = {
         "htexp": "the SDK's utils.experimental module under another name (use habana_frameworks.torch.utils"
         ".experimental)",
         "hpu_inference_initialize": _QUANT,
+        "hpu_inference_reset_env": _QUANT,
+        "hpu_inference_set_env": _QUANT,
         "hpu_initialize": _QUANT,
         "hpu_reset_env": _QUANT,
         "hpu_set_env": _QUANT,
@@ -132,8 +138,6 @@ NAMES: dict[str, dict[str, str]] = {
         "hpu_teardown_inference_env": _QUANT,
         "import_compilers": "loads the SDK's graph compiler: " + _GRAPH_COMPILER,
         "import_hpu_partition": "loads the SDK's graph partitioner: " + _GRAPH_COMPILER,
-        "overwrite_capture_pre_autograd_graph": _QUANT,
-        "overwrite_native_pt2e_quantization_interface": _QUANT,
         "overwrite_torch_functions": "the SDK's wrappers of torch functions; the emulator applies the ones that "
         "change behaviour when it loads, as the SDK does (docs/emulator.md)",
     },
@@ -163,15 +167,18 @@ NAMES: dict[str, dict[str, str]] = {
         "get_dynamic_shape_status": _SHAPES,
         "disable_inference_mode": _SHAPES,
         "enable_inference_mode": _SHAPES,
+        "is_inference_mode_enabled": _SHAPES,
         "disable_matmul3d_2d_reshape": _SHAPES,
         "enable_matmul3d_2d_reshape": _SHAPES,
+        "is_matmul3d_2d_reshape_enabled": _SHAPES,
         "disable_optim_output_sif": _SHAPES,
         "enable_optim_output_sif": _SHAPES,
         "disable_quantization": _QUANT,
         "enable_quantization": _QUANT,
-        "enable_recompute_sdp": "a switch of the fused scaled-dot-product attention kernel: " + _KERNELS,
-        "recompute_sdp_enabled": "a switch of the fused scaled-dot-product attention kernel: " + _KERNELS,
-        "sdp_kernel": "a switch of the fused scaled-dot-product attention kernel: " + _KERNELS,
+        "set_mark_non_scale_const": "marks which weights the graph compiler folds as constants in quantized inference: "
+        + _QUANT,
+        "set_mark_scale_const": "marks which scales the graph compiler folds as constants in quantized inference: "
+        + _QUANT,
         "get_device_capability": "the Gaudi card's capability string, read from the card",
         "get_device_properties": "the Gaudi card's properties, read from the card",
         "get_stream_info": "the SDK's C++ stream bookkeeping",
@@ -222,10 +229,16 @@ NAMES: dict[str, dict[str, str]] = {
         "EventDispatcher": "the bridge's C++ event dispatcher (the SDK's utils.event_dispatcher module); the emulated "
         "metrics listen to the emulator's own events",
         "EventId": "the topics of the bridge's C++ event dispatcher (the SDK's utils.event_dispatcher module)",
+        "bc": "the SDK's bridge configuration (internal.bridge_config, a compiled module)",
+    },
+    f"{SDK}.hw_utilization_metric.hw_utilization_metric": {
+        "HWUtilizationMetrics": "the card's utilization as hl-smi reports it and the busy share of its compute "
+        "stream; the emulator has no card and no compute stream of its own (work runs in issue order on the "
+        "backing device)",
+        "utilization_metrics": "the SDK's compiled utilization counters (utils._utilization_metrics_C)",
     },
     f"{SDK}.utils.library_loader": {
         "load_habana_module": "loads the SDK's compiled libraries (the emulator has none)",
-        "load_habana_profiler": "loads the SDK's compiled profiler library (the emulator has none)",
     },
     f"{SDK}.utils.experimental": {
         "hpu": "the hpu module under another name (use habana_frameworks.torch.hpu)",

@@ -54,8 +54,11 @@ class HPUGraphs(Callback):
     copies later batches into them, which would otherwise change a batch the user kept.
 
     As on Gaudi, a graph replays what its capture ran: Python control flow inside ``forward`` that depends on the
-    data is frozen at capture, and data-dependent output shapes cannot be replayed. The SDK offers the graph APIs in
-    lazy mode only (``PT_HPU_LAZY_MODE=1``).
+    data is frozen at capture, and data-dependent output shapes cannot be replayed. HPU graphs run in the SDK's lazy
+    mode only (``PT_HPU_LAZY_MODE=1``): SDK 1.19 exports the graph APIs in lazy mode only, and from the 1.24 period
+    on they are exported in eager mode too but creating a graph there raises ``RuntimeError`` (bridge bcc5172
+    ``hpu/graphs.py:49-51``) while ``ModuleCacher`` runs the plain forward. The callback asks the SDK for its mode
+    (``is_lazy()``) at set-up, so it refuses eager mode before the run whichever SDK is installed.
 
     Args:
         stages: Which of ``"fit"``, ``"validate"``, ``"test"``, ``"predict"`` run with graphs (the last three by
@@ -113,12 +116,15 @@ class HPUGraphs(Callback):
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Refuse eager mode (no HPU graphs there), a compiled model, and for ``"fit"`` a forward with ``*args``."""
+        # The SDK's own mode, never whether its graph names exist: from the 1.24 period on they exist in eager mode too.
         if not sdk.core_module().is_lazy():
             raise ConfigurationError(
-                f"HPUGraphs(stages={self.stages!r}) needs the SDK's lazy mode: the HPU graph APIs (wrap_in_hpu_graph, "
-                "ModuleCacher) exist only with PT_HPU_LAZY_MODE=1, and the SDK runs in eager mode (PT_HPU_LAZY_MODE=0, "
-                "the default since SDK 1.21). Set PT_HPU_LAZY_MODE=1 before the process starts, or drop the callback "
-                "and use torch.compile(model, backend='hpu_backend') in eager mode."
+                f"HPUGraphs(stages={self.stages!r}) needs the SDK's lazy mode: HPU graphs (wrap_in_hpu_graph, "
+                "ModuleCacher) are captured from lazy-mode graphs, and the SDK runs in eager mode (PT_HPU_LAZY_MODE=0, "
+                "the default since SDK 1.21), where SDK 1.24 refuses to create a graph (RuntimeError) and its "
+                "ModuleCacher graphs nothing. Set PT_HPU_LAZY_MODE=1 before the process starts (lazy mode needs the "
+                "Gaudi image's own PyTorch build), or drop the callback and use torch.compile(model, "
+                "backend='hpu_backend') in eager mode."
             )
         if getattr(pl_module, "_compiler_ctx", None) is not None:
             raise ConfigurationError(

@@ -6,9 +6,11 @@ PT_HPU_LAZY_MODE=0 is the default"):
 
 * ``0`` or unset: eager mode. Operations run as they are issued; ``mark_step()`` does nothing (the bridge's
   ``mark_step`` is decorated ``@lazy_only``, core/step_closure.py); ``torch.compile`` with ``hpu_backend`` is the
-  way to build graphs. The HPU graph APIs are not exported (see :mod:`.hpu`).
-* ``1``: lazy mode. Operations accumulate into a graph that runs at ``mark_step()``; the HPU graph APIs are
-  exported; ``torch.compile`` is not supported.
+  way to build graphs. The HPU graph APIs are exported (since SDK 1.24) but creating a graph raises a
+  ``RuntimeError`` (see :mod:`.hpu`).
+* ``1``: lazy mode. Operations accumulate into a graph that runs at ``mark_step()``; HPU graphs can be captured;
+  ``torch.compile`` is not supported. The SDK loads in lazy mode only on Intel's torch build
+  (``LIGHTNING_ACCEL_EMULATE_HPU_TORCH``, see :mod:`.._torch_build`).
 
 Changing the variable after the SDK has loaded changes nothing, as on the SDK. The backing device executes every
 operation eagerly, so here ``mark_step`` cannot change results: it records that a graph boundary was reached and,

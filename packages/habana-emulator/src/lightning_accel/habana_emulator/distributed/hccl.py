@@ -15,6 +15,7 @@ import functools
 import inspect
 import os
 import threading
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +26,7 @@ from .. import _load_effects, _native, _not_emulated
 from ..hpu._devices import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR
 from ..hpu._devices import visible_device_count as _visible_device_count
 
-__all__ = ["HABANA_VISIBLE_MODULES_VAR", "HLS_MODULE_ID_VAR", "initialize_distributed_hpu"]
+__all__ = ["HABANA_VISIBLE_MODULES_VAR", "HLS_MODULE_ID_VAR", "ProcessGroupHCCL", "initialize_distributed_hpu"]
 
 _BACKEND_NAME = "hccl"
 
@@ -41,9 +42,42 @@ _MPI_TO_TORCH = {
 _HCCL_REDUCE_OPS = ("MIN", "MAX", "SUM", "PRODUCT")
 
 
+class ProcessGroupHCCL(dist.ProcessGroupGloo):
+    """The process group of the ``"hccl"`` backend: what ``group._get_backend(torch.device("hpu"))`` returns.
+
+    The SDK's is a C++ class of its HCCL library (``_hccl_eager_C`` / ``_hccl_lazy_C``; at bcc5172 the module binds
+    it by that name in either mode), made with ``(store, rank, size, group_id)``. The emulator's is gloo, which runs
+    the collectives on host views of the HPU tensors' memory (see the module's docstring); it keeps ``group_id``.
+    """
+
+    def __init__(
+        self, store: Any, rank: int, size: int, group_id: str = "", timeout: timedelta = timedelta(minutes=30)
+    ) -> None:
+        super().__init__(store, rank, size, timeout)
+        self.group_id = group_id
+
+    @property
+    def supports_splitting(self) -> bool:
+        """False, as the SDK's: torch never splits a group from an ``"hccl"`` one (gloo's says True)."""
+        # The SDK's backend (distributed/hccl/process_group_hccl_base.hpp) keeps c10d's default: so torch does not
+        # connect it eagerly for a bound device_id, new_group never splits from it, and split_group (DeviceMesh's
+        # way on a group bound with init_process_group(device_id=...)) refuses it.
+        return False
+
+
+# torch asks a group's backend by identity (pybind hands back the live Python object, else a new plain gloo one), so
+# each group's backend object is kept as long as its group is: then torch reads ProcessGroupHCCL's answers.
+_backends: weakref.WeakKeyDictionary[Any, list[ProcessGroupHCCL]] = weakref.WeakKeyDictionary()
+_being_made: list[ProcessGroupHCCL] = []
+
+
 def _create_process_group(backend_opts: Any, pg_opts: Any) -> Any:
     timeout: timedelta = backend_opts.timeout
-    return dist.ProcessGroupGloo(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, timeout)
+    backend = ProcessGroupHCCL(
+        backend_opts.store, backend_opts.group_rank, backend_opts.group_size, backend_opts.group_id, timeout
+    )
+    _being_made.append(backend)
+    return backend
 
 
 def _register() -> None:
@@ -123,11 +157,16 @@ def _serve_backing_tensors() -> None:
 
     @functools.wraps(create)
     def _new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
-        made = create(*args, **kwargs)
-        group = made[0]
-        if _is_hccl(group):
-            backend = group._get_backend(torch.device("hpu"))
-            group._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, backend)
+        _being_made.clear()
+        try:
+            made = create(*args, **kwargs)
+            group = made[0]
+            if _is_hccl(group):
+                _backends[group] = list(_being_made)
+                backend = group._get_backend(torch.device("hpu"))
+                group._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, backend)
+        finally:
+            _being_made.clear()
         return made
 
     c10d._new_process_group_helper = _new_process_group_helper

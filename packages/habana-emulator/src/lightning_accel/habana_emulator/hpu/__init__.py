@@ -1,16 +1,18 @@
 """Emulation of ``habana_frameworks.torch.hpu``: device queries, RNG, memory statistics and HPU graphs.
 
 As in the SDK, ``hpu.hpu`` refers to this module itself, so ``torch_hpu.hpu.memory_stats()`` works too. The names
-and their parameters are the SDK's (gaudi-pytorch-bridge 1.19.0 ``hpu/__init__.py``, ``memory.py``, ``random.py``,
-``streams.py``, ``events.py``; checked by ``packages/habana/tests/test_sdk_api_table.py``); the names that only
-Gaudi can serve (graph-compiler switches, ``hl-smi`` readings, metrics) refuse with the reason when used
-(``.._not_emulated``).
+and their parameters are the SDK's (gaudi-pytorch-bridge bcc5172, the 1.24 period: ``hpu/__init__.py``,
+``memory.py``, ``random.py``, ``streams.py``, ``events.py``, ``sdp_kernel_flag.py``; checked by
+``packages/habana-emulator/tests/test_sdk_api_table.py``); the names that only Gaudi can serve (graph-compiler
+switches, ``hl-smi`` readings) refuse with the reason when used (``.._not_emulated``).
 
 The HPU graph APIs (every public name of ``graphs``: ``HPUGraph``, ``graph``, ``make_graphed_callables``,
-``ModuleCacher``, ``wrap_in_hpu_graph`` ...) are exported only in lazy mode, as the SDK does (``if is_lazy(): from
-.graphs import *``, ``hpu/__init__.py:45-46``); in the default eager mode they are absent and using them is an
-``AttributeError``. The mode is decided when the SDK
-loads (see ``core``).
+``ModuleCacher``, ``wrap_in_hpu_graph`` ...) are exported in both modes, as the SDK does from the 1.24 period on
+(``from .graphs import *``, ``hpu/__init__.py:46``; 1.19.0 exported them in lazy mode only). Graphs themselves are
+lazy-mode objects: in eager mode, the default, creating an ``HPUGraph`` or a ``graph`` capture raises
+``RuntimeError`` (``graphs.py:49-51``, ``:188-189``), so ``make_graphed_callables`` fails when it creates its graphs
+and ``wrap_in_hpu_graph`` at its first call, while ``ModuleCacher`` runs the plain forward. The mode is decided when
+the SDK loads (see ``core``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import torch
 
 from .. import _not_emulated
 from ..utils.internal import is_lazy
+from ..version import __version__ as __version__
+from ..version import version
 from . import graphs, random
 from ._devices import (
     HABANA_VISIBLE_MODULES_VAR,
@@ -41,6 +45,7 @@ from ._devices import (
 )
 from .events import Event
 from .memory import (
+    formatted_memory_stats,
     max_memory_allocated,
     max_memory_cached,
     max_memory_reserved,
@@ -54,15 +59,8 @@ from .memory import (
     reset_peak_memory_stats,
 )
 
-# The SDK's `from .metrics import *` (hpu/__init__.py:41).
-from .metrics import (
-    InvalidMetricDumpFileFormat,
-    InvalidMetricDumpTrigger,
-    MetricNotFound,
-    metric_global,
-    metric_localcontext,
-    metrics_dump,
-)
+# The SDK's `from .metrics import *`.
+from .metrics import MetricNotFoundError, metric_global, metric_localcontext, metrics_dump
 from .random import (
     get_rng_state,
     get_rng_state_all,
@@ -74,6 +72,7 @@ from .random import (
     set_rng_state,
     set_rng_state_all,
 )
+from .sdp_kernel_flag import enable_recompute_sdp, is_recompute_FSDPA_enabled, recompute_sdp_enabled, sdp_kernel
 from .streams import Stream, current_stream, default_stream, stream
 
 hpu = sys.modules[__name__]
@@ -170,13 +169,18 @@ def get_sync_debug_mode() -> int:
 
 
 def setDeterministic(val: bool) -> None:
-    """Ask for deterministic HPU kernels (deprecated in the SDK, which warns; the emulator's kernels are torch's)."""
+    """Ask for deterministic algorithms: ``torch.use_deterministic_algorithms(val)``, as the SDK does.
+
+    The SDK (bcc5172 ``hpu/__init__.py``) also sets its kernels' switch; the emulator's kernels are torch's. Deprecated
+    in the SDK, which warns.
+    """
     global _deterministic
     warnings.warn(
         "torch.hpu.setDeterministic is deprecated and will be removed in next release. Please use "
         "torch.use_deterministic_algorithms instead.",
         stacklevel=2,
     )
+    torch.use_deterministic_algorithms(val)
     _deterministic = bool(val)
 
 
@@ -197,13 +201,18 @@ _GRAPH_API: dict[str, Any] = {
 
 
 def _export_graph_api(lazy: bool) -> None:
-    """Emulator only: export the HPU graph APIs from this module in lazy mode, remove them in eager mode."""
+    """Emulator only: export the HPU graph APIs from this module, whatever the mode (``lazy``), as the SDK does.
+
+    The names do not depend on the mode (bcc5172 ``hpu/__init__.py:46``); ``HPUGraph`` and ``graph`` check the mode
+    when they are created, so an SDK loaded again in the other mode (``core._load_mode``) needs nothing else here.
+    The SDK's ``hpu`` has no ``__all__``, so ``from habana_frameworks.torch.hpu import *`` brings the graph names too:
+    they join this module's ``__all__``.
+    """
     module = sys.modules[__name__]
     for name, value in _GRAPH_API.items():
-        if lazy:
-            setattr(module, name, value)
-        else:
-            module.__dict__.pop(name, None)
+        setattr(module, name, value)
+    exported = module.__dict__.setdefault("__all__", [])
+    exported += [name for name in _GRAPH_API if name not in exported]
 
 
 _not_emulated.provide(
@@ -216,9 +225,7 @@ __all__ = [
     "Event",
     "HABANA_VISIBLE_MODULES_VAR",
     "HLS_MODULE_ID_VAR",
-    "InvalidMetricDumpFileFormat",
-    "InvalidMetricDumpTrigger",
-    "MetricNotFound",
+    "MetricNotFoundError",
     "Stream",
     "current_device",
     "current_stream",
@@ -226,6 +233,8 @@ __all__ = [
     "device",
     "device_count",
     "device_of",
+    "enable_recompute_sdp",
+    "formatted_memory_stats",
     "get_arch_list",
     "getDeterministic",
     "get_autocast_hpu_dtype",
@@ -242,6 +251,7 @@ __all__ = [
     "is_bf16_supported",
     "is_initialized",
     "is_lazy",
+    "is_recompute_FSDPA_enabled",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",
@@ -257,8 +267,10 @@ __all__ = [
     "metric_localcontext",
     "metrics_dump",
     "random",
+    "recompute_sdp_enabled",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
+    "sdp_kernel",
     "seed",
     "seed_all",
     "setDeterministic",
@@ -270,4 +282,5 @@ __all__ = [
     "set_sync_debug_mode",
     "stream",
     "synchronize",
+    "version",
 ]

@@ -1,28 +1,37 @@
 """Graph caches keyed as the SDK keys them: the emulated ``ModuleCacher``, ``wrap_in_hpu_graph``, its function form.
 
-As on the SDK (gaudi-pytorch-bridge 1.19.0, ``habana_frameworks/torch/hpu/graphs.py``), the key of a call is
-``input_hash`` of its inputs: each tensor's shape and view chain, other values by ``hash``, and whether HPU autocast is
-on (``:488-499``). A tensor's dtype, device and ``requires_grad`` are not in the key: a call that differs only there
-replays the graph of the first, its tensors copied (and cast) into that graph's inputs.
+As on the SDK (gaudi-pytorch-bridge bcc5172, the SDK 1.24 period, ``habana_frameworks/torch/hpu/graphs.py``), the key
+of a call is ``input_hash`` of its inputs: each tensor's dtype, shape and view chain, a dataclass's fields, other
+values by ``hash``, and whether HPU autocast is on. A tensor's device and ``requires_grad`` are not in the key: a call
+that differs only there replays the graph of the first, its tensors copied into that graph's inputs. (Bridge 1.19.0
+left the dtype out too, ``:488-499``; from the 1.24 period on another dtype is another graph.)
 
 The caller's own tensors of the capturing call are the graph's static inputs (``wrapped_hpugraph_forward``:
-``graph_inputs = inputs``, ``:615``; ``make_graphed_callables`` keeps ``sample_args``, ``:256``): a later call with the
-same key copies its tensors into them (``copy_to``, ``:644``; ``static_input_surface[i].copy_(inputs[i])``, ``:403``).
-A step that keeps the first batch's tensor therefore sees it hold the latest batch's values, as on Gaudi.
+``graph_inputs = inputs``; 1.19.0 ``:615``; ``make_graphed_callables`` keeps ``sample_args``, ``:256``): a later call
+with the same key copies its tensors into them (``copy_to``, 1.19.0 ``:644``; ``static_input_surface[i].copy_
+(inputs[i])``, ``:403``; unchanged at bcc5172). A step that keeps the first batch's tensor therefore sees it hold the
+latest batch's values, as on Gaudi.
 
 Neither cache evicts: once ``max_graphs`` graphs are cached, a call with a new key runs the original forward
 uncaptured (``wrapped_hpugraph_forward``: ``if max_graphs is not None and len(cache) == max_graphs: return
-orig_fwd(...)``, ``:600-601``; ``ModuleCacher.forward`` inserts only while ``len(self.model_dict) < self.max_graphs``
-and otherwise counts an uncached hit, ``:1012-1023``). The graphs cached first stay until ``module.clear_cache()``
-(``wrap_in_hpu_graph`` only; ``ModuleCacher`` and ``wrap_in_hpu_graph_func`` have no way to drop them).
+orig_fwd(...)``, 1.19.0 ``:600-601``; ``ModuleCacher.forward`` inserts only while ``len(self.model_dict) <
+self.max_graphs`` and otherwise counts an uncached hit, ``:1012-1023``; both unchanged at bcc5172). The graphs cached
+first stay until ``module.clear_cache()`` (``wrap_in_hpu_graph`` only; ``ModuleCacher`` and ``wrap_in_hpu_graph_func``
+have no way to drop them).
+
+From the 1.24 period on ``wrap_in_hpu_graph`` and ``wrap_in_hpu_graph_func`` take ``free_inplace``, ``verbose`` and
+``log_frequency``, and ``dry_run`` defaults to ``None`` (then ``disable_tensor_cache``'s value); ``wrap_in_hpu_graph``
+adds ``module.log_statistics()``, and ``log_stats`` prints the statistics the SDK counts process-wide.
 """
 
 from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import functools
 import inspect
+import os
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -32,7 +41,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ._graphed_callables import graph_autograd
 from ._hpu_graph import HPUGraph, graph, refuse_compiled
 
-__all__ = ["ModuleCacher", "forward_parameters", "wrap_in_hpu_graph", "wrap_in_hpu_graph_func"]
+__all__ = ["ModuleCacher", "forward_parameters", "log_stats", "wrap_in_hpu_graph", "wrap_in_hpu_graph_func"]
 
 _REFUSED_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
 
@@ -149,13 +158,17 @@ class ModuleCacher:
     """Cache one HPU graph per input key of a module's training forward, for the first ``max_graphs`` keys.
 
     Calls in training mode with gradients enabled (and lazy mode, as on the SDK) run graphs: a new key (``input_hash``
-    of the forward's arguments: shapes, view chains, autocast state, other values) is captured (forward and backward,
+    of the forward's arguments: dtypes, shapes, views, autocast state, other values) is captured (forward and backward,
     executing the work) while fewer than ``max_graphs`` graphs are cached, a known one replayed. Once ``max_graphs``
     graphs are cached, a new key runs the original forward, uncaptured, and is counted in ``uncached_train_hits``, as
-    on the SDK: nothing is evicted. Other calls (evaluation, ``torch.no_grad``) run the original forward too.
+    on the SDK: nothing is evicted. Other calls (evaluation, ``torch.no_grad``, and every call in eager mode, where
+    the SDK's cacher graphs nothing and raises nothing) run the original forward too. With ``verbose=True`` the
+    statistics (:meth:`log_stats`) are printed every ``log_frequency`` forwards, from the first, at ``capture_end()``
+    and when the cacher is freed, as the SDK prints them.
 
-    As on the SDK (bridge 1.19.0 ``hpu/graphs.py:907-1111``): the forward is called with keyword arguments only, so a
-    forward with ``*args`` or positional-only parameters is refused when wrapped (``AssertionError``);
+    As on the SDK (bridge 1.19.0 ``hpu/graphs.py:907-1111``, unchanged at bcc5172): the forward is called with
+    keyword arguments only, so a forward with ``*args`` or positional-only parameters is refused when wrapped
+    (``AssertionError``);
     ``allow_unused_input`` (default False) is passed to the graphs, so a trainable parameter or input that does not
     reach the outputs is an error from ``torch.autograd.grad`` at the capture unless it is True; the first call's
     input tensors become the graph's static inputs, and later calls with the same key copy their tensors into them.
@@ -192,6 +205,11 @@ class ModuleCacher:
         self.is_capturing = False
         self.input_count_dict: dict[Hashable, int] = {}
         self.priority_keys: list[Hashable] = []
+        self.asynchronous = False
+        # Statistics printouts: every log_frequency forwards counted from 0 (the SDK starts its count at -1).
+        self.verbose = False
+        self.log_frequency = 100
+        self.iteration_cnt = -1
 
     def is_hpugraph_tracing(self) -> bool:
         """Whether a graph is being captured now (a forward can ask, through ``model.is_hpugraph_tracing()``)."""
@@ -210,6 +228,8 @@ class ModuleCacher:
         counts = self.input_count_dict
         self.priority_keys = sorted(counts, key=lambda key: counts[key], reverse=True)[: self.max_graphs]
         self.is_capturing = False
+        if self.verbose:
+            self.log_stats()
         self.input_count_dict = {}
 
     def set_iteration_count(self, iter_num: int) -> None:
@@ -237,13 +257,27 @@ class ModuleCacher:
     ) -> torch.nn.Module:
         """Route ``model``'s forward through the cache; returns the model (a shallow copy unless ``inplace``).
 
+        ``verbose`` and ``log_frequency`` print :meth:`log_stats`; ``asynchronous`` is printed there and changes no
+        result on the emulator (its device runs in order); ``disable_tensor_cache`` and ``dry_run`` are settings of
+        the SDK's graphs' memory (the emulated graphs keep their tensors and execute at capture, with the same
+        results).
+
         Raises:
-            TypeError: When ``model`` is not an ``nn.Module``.
+            TypeError: When ``model`` is not an ``nn.Module``, ``verbose`` not a bool, or ``log_frequency`` not a
+                positive int while ``verbose`` is True.
             RuntimeError: When ``model`` was compiled with ``torch.compile``.
             AssertionError: When ``model.forward`` has ``*args`` or a positional-only parameter (as the SDK).
         """
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"ModuleCacher(...)(model=...) needs a torch.nn.Module, got {type(model).__name__}.")
+        if not isinstance(verbose, bool):
+            raise TypeError(f"ModuleCacher(...)(verbose={verbose!r}) is not accepted. Accepted: True or False.")
+        if verbose and (isinstance(log_frequency, bool) or not isinstance(log_frequency, int) or log_frequency < 1):
+            # The SDK divides the forward count by it: 0 would be a ZeroDivisionError at the first forward.
+            raise TypeError(
+                f"ModuleCacher(...)(log_frequency={log_frequency!r}) is not accepted with verbose=True. Accepted: a "
+                "positive int, the number of forwards between two statistics printouts."
+            )
         refuse_compiled(model, "model")
         if not inplace:
             model = copy.copy(model)
@@ -252,6 +286,9 @@ class ModuleCacher:
         self.allow_unused_input = allow_unused_input
         self.have_grad_accumulation = have_grad_accumulation
         self.use_lfu = use_lfu
+        self.asynchronous = asynchronous
+        self.verbose = verbose
+        self.log_frequency = log_frequency
         self._forward = model.forward
         self.model = model
         # Plain attributes on the module, as the SDK sets them (graphs.py:1086-1104; nn.Module's typing knows only
@@ -269,6 +306,9 @@ class ModuleCacher:
         assert self.model is not None and self._forward is not None
         from ..core import is_lazy  # the core module imports this package
 
+        self.iteration_cnt += 1
+        if self.verbose and self.iteration_cnt % self.log_frequency == 0:
+            self.log_stats()
         if self.model.training and torch.is_grad_enabled() and is_lazy():
             full_args = _full_args(self.forward_params, args, kwargs)
             # GraphModel.full_input_hash (graphs.py:903-904, :998): the SDK's input_hash of the full arguments.
@@ -308,77 +348,217 @@ class ModuleCacher:
                 "that requires grad: make it an nn.Parameter or set requires_grad=False on it.)"
             )
 
-    def log_stats(self) -> str:
-        """The cache statistics, as the SDK prints them."""
+    def log_stats(self) -> None:
+        """Print the cache statistics, with the SDK's rows, then the device memory statistics."""
+        from . import memory  # the memory module imports the hpu package, which imports this one
+
         cached = sum(self.cached_hits_dict.values())
-        text = (
-            f"HPU Graph Statistics\n  Max graphs: {self.max_graphs}\n  No. of HPUGraphs cached: {len(self.model_dict)}"
-            f"\n  Total cached hits: {cached}"
-            f"\n  Uncached train hits: {self.uncached_train_hits}\n  Uncached eval hits: {self.uncached_eval_hits}"
-            f"\n  Total forwards executed: {cached + self.uncached_train_hits + self.uncached_eval_hits}"
-        )
-        print(text)
-        return text
+        rows = [
+            ("Max graphs", self.max_graphs),
+            ("LFU Cache", self.use_lfu),
+            ("Async execution config", self.asynchronous),
+            ("Grad accumulation config", self.have_grad_accumulation),
+            ("Set iteration calls", self.set_iterations_call_cnt),
+            None,
+            ("No. of HPUGraphs cached", len(self.model_dict)),
+            ("Priority keys", self.priority_keys),
+            ("Input hash v. cached hits", self.cached_hits_dict),
+            ("Total cached hits", cached),
+            ("Uncached train hits", self.uncached_train_hits),
+            ("Uncached eval hits", self.uncached_eval_hits),
+            ("Total forwards executed", cached + self.uncached_train_hits + self.uncached_eval_hits),
+        ]
+        if self.use_lfu and self.input_count_dict:
+            rows.append(("Input hash v. count", self.input_count_dict))
+        lines = ["HPU Graph Statistics", "  Configs"]
+        lines += ["  Cache info " if row is None else f"    {row[0]:<26}:- {row[1]}" for row in rows]
+        lines += ["  HPU Memory info ", memory.formatted_memory_stats()]
+        print("\n".join(lines))
+
+    def __del__(self) -> None:
+        # The SDK's cacher prints its statistics a last time when it is freed, with verbose=True.
+        if getattr(self, "verbose", False):
+            self.log_stats()
 
 
 class _ForwardGraph:
     """One input key of ``wrap_in_hpu_graph``: the graph, its inputs (the caller's own tensors) and its outputs."""
 
     def __init__(self, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        # As wrapped_hpugraph_forward (graphs.py:603-632): the capture runs on the caller's inputs, which stay the
-        # graph's inputs, and its outputs (with their autograd history, when grad is on) are what replays return.
+        # As wrapped_hpugraph_forward: the capture runs on the caller's inputs, which stay the graph's inputs, and its
+        # outputs (with their autograd history, when grad is on) are what replays return.
         self.inputs = (args, kwargs)
         self.graph = HPUGraph()
         with graph(self.graph):
             self.outputs = forward(*args, **kwargs)
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        _copy_to(self.inputs, (args, kwargs))  # graphs.py:644
+        _copy_to(self.inputs, (args, kwargs))
         self.graph.replay()
         return self.outputs
 
 
-def _graphed_forward(
-    original: Callable[..., Any], cache: dict[Hashable, _ForwardGraph], max_graphs: int | None
-) -> Callable[..., Any]:
-    """``original`` behind a cache of forward graphs, one per input key (the SDK's ``wrapped_hpugraph_forward``)."""
+class _Counters:
+    """What the SDK counts over every ``wrap_in_hpu_graph`` of the process (its ``CachedParams``' class attributes)."""
 
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        # The SDK's keyword arguments for the graph, never passed on (bridge 1.19.0 hpu/graphs.py:583-592).
-        warmup_mode = kwargs.pop("warmup_mode", False)
-        if kwargs.pop("bypass_hpu_graphs", False):
+    def __init__(self) -> None:
+        self.iteration_cnt = 0  # calls of every wrapped forward, bypassed ones included
+        self.cache_hits: dict[Hashable, int] = {}  # replays, by input key
+        self.skip_replay_cnt: dict[Hashable, int] = {}  # warmup_mode calls, by input key
+        self.bypass_hpu_graphs = 0  # bypass_hpu_graphs=True calls
+
+
+_counters = _Counters()
+
+_DISABLE_TENSOR_CACHE_VAR = "PT_HPUGRAPH_DISABLE_TENSOR_CACHE"
+
+
+@dataclasses.dataclass(frozen=True)
+class _WrapSettings:
+    """The arguments of one ``wrap_in_hpu_graph`` (or ``wrap_in_hpu_graph_func``) call."""
+
+    asynchronous: bool
+    disable_tensor_cache: bool
+    dry_run: bool | None
+    max_graphs: int | None
+    free_inplace: bool
+    verbose: bool
+    log_frequency: int
+
+    @classmethod
+    def checked(cls, owner: str, **values: Any) -> _WrapSettings:
+        for name in ("asynchronous", "disable_tensor_cache", "free_inplace", "verbose"):
+            if not isinstance(values[name], bool):
+                raise TypeError(f"{owner}({name}={values[name]!r}) is not accepted. Accepted: True or False.")
+        if values["dry_run"] is not None and not isinstance(values["dry_run"], bool):
+            raise TypeError(
+                f"{owner}(dry_run={values['dry_run']!r}) is not accepted. Accepted: None (a dry run when the tensor "
+                "cache is disabled, the SDK's default), True or False."
+            )
+        frequency = values["log_frequency"]
+        if isinstance(frequency, bool) or not isinstance(frequency, int):
+            raise TypeError(
+                f"{owner}(log_frequency={frequency!r}) is not accepted. Accepted: an int, the number of wrapped calls "
+                "between two statistics printouts with verbose=True (0 or less: never)."
+            )
+        _check_max_graphs(values["max_graphs"], owner, allow_none=True)
+        return cls(**values)
+
+    def resolved(self) -> tuple[bool, bool]:
+        """``disable_tensor_cache`` and ``dry_run`` as a call reads them (the SDK reads the variable at each call)."""
+        raw = os.environ.get(_DISABLE_TENSOR_CACHE_VAR)
+        if raw not in (None, "", "0", "1"):
+            # The SDK compares with "1" and reads anything else as "0"; a "true" meant as on is refused instead.
+            raise ValueError(
+                f"{_DISABLE_TENSOR_CACHE_VAR}={raw!r} is not accepted. Accepted: '1' (disable the tensor cache of "
+                "every wrap_in_hpu_graph) or '0' (keep it); unset, the disable_tensor_cache argument decides."
+            )
+        disable_tensor_cache = self.disable_tensor_cache if raw is None else raw == "1"
+        return disable_tensor_cache, disable_tensor_cache if self.dry_run is None else self.dry_run
+
+    def log(self, cache: dict[Hashable, _ForwardGraph], resolved: tuple[bool, bool]) -> None:
+        disable_tensor_cache, dry_run = resolved
+        log_stats(self.max_graphs, disable_tensor_cache, cache, self.asynchronous, dry_run)
+
+    def log_if_due(self, cache: dict[Hashable, _ForwardGraph], resolved: tuple[bool, bool]) -> None:
+        if self.verbose and self.log_frequency > 0 and _counters.iteration_cnt % self.log_frequency == 0:
+            self.log(cache, resolved)
+
+
+def _row(label: str, value: Any) -> str:
+    return f"    {label:<40}:- {value}"
+
+
+def log_stats(max_graphs: Any, disable_tensor_cache: Any, cache: Any, asynchronous: Any, dry_run: Any) -> None:
+    """Print the statistics of the process's ``wrap_in_hpu_graph`` caches, as the SDK's ``log_stats`` does.
+
+    The settings passed in (``max_graphs``, ``asynchronous``, ``disable_tensor_cache``, ``dry_run``) are printed as
+    given, with the number of graphs in ``cache``, the replays per input key, the warm-up calls and the bypassed calls
+    of every wrapped forward of the process (the SDK counts them process-wide), then the device memory statistics.
+    ``module.log_statistics()`` of a wrapped module, and ``verbose=True``, print it for their own cache.
+
+    Args:
+        max_graphs: The cache's limit, printed.
+        disable_tensor_cache: Printed.
+        cache: The graphs (anything with a length): only their number is printed.
+        asynchronous: Printed.
+        dry_run: Printed.
+
+    Example:
+        >>> model = wrap_in_hpu_graph(model)  # doctest: +SKIP
+        >>> model.log_statistics()  # doctest: +SKIP
+    """
+    from . import memory  # the memory module imports the hpu package, which imports this one
+
+    lines: list[str] = []
+    if len(cache):
+        lines += ["HPU Graph Inference Statistics", "  Configs "]
+        lines += [_row("Max graphs", max_graphs), _row("Async execution config", asynchronous)]
+        lines += [_row("Disable Tensor Cache", disable_tensor_cache), _row("Dry Run", dry_run), "  Cache info "]
+        lines += [_row("No. of HPUGraphs cached", len(cache)), _row("Input hash v. cached hits", _counters.cache_hits)]
+        lines.append(_row("Total cached hits", sum(_counters.cache_hits.values())))
+        lines.append(_row("Total HPUGraph warmups", sum(_counters.skip_replay_cnt.values())))
+    else:
+        lines.append("  Bypassed HPUGraphs info ")
+    lines += [_row("Total HPUGraphs bypassed", _counters.bypass_hpu_graphs), "  HPU Memory info "]
+    lines.append(memory.formatted_memory_stats())
+    print("\n".join(lines))
+
+
+def _wrapped_forward(
+    cache: dict[Hashable, _ForwardGraph],
+    original: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    settings: _WrapSettings,
+) -> Any:
+    """One call of a wrapped forward: capture, replay or run uncaptured (the SDK's ``wrapped_hpugraph_forward``)."""
+    _counters.iteration_cnt += 1
+    # The SDK's keyword arguments for the graph, never passed on.
+    warmup_mode = kwargs.pop("warmup_mode", False)
+    if kwargs.pop("bypass_hpu_graphs", False):
+        _counters.bypass_hpu_graphs += 1
+        return original(*args, **kwargs)
+    # The key is taken before cache_tensors_list is removed, so it is part of the key, as on the SDK.
+    key = _input_hash((args, kwargs))
+    # The outputs to keep with disable_tensor_cache: the emulated graphs keep all of their tensors.
+    kwargs.pop("cache_tensors_list", None)
+    resolved = settings.resolved()  # read at each call, as the SDK reads PT_HPUGRAPH_DISABLE_TENSOR_CACHE
+    entry = cache.get(key)
+    if entry is None:
+        if settings.max_graphs is not None and len(cache) == settings.max_graphs:
             return original(*args, **kwargs)
-        # The key is taken before cache_tensors_list is removed, so it is part of the key (graphs.py:589-592).
-        key = _input_hash((args, kwargs))
-        # The tensors to keep with disable_tensor_cache: the emulated graphs keep all of their tensors.
-        kwargs.pop("cache_tensors_list", None)
-        entry = cache.get(key)
-        if entry is None:
-            if max_graphs is not None and len(cache) == max_graphs:
-                return original(*args, **kwargs)
-            # Captured whether or not gradients are on, as on the SDK: later calls return these same outputs, whose
-            # autograd history is the capture's (a second backward through them is torch's error).
-            entry = cache[key] = _ForwardGraph(original, args, kwargs)
-            return entry.outputs
-        if warmup_mode:
-            # As the SDK: a warm-up call marks the step and returns the graph's outputs without replaying it.
-            from ..core import mark_step  # the core imports this package
+        # Captured whether or not gradients are on, as on the SDK: later calls return these same outputs, whose
+        # autograd history is the capture's (a second backward through them is torch's error). A dry run (the SDK
+        # records without executing, then replays once) and this capture (executes once) compute the same outputs.
+        entry = cache[key] = _ForwardGraph(original, args, kwargs)
+        settings.log_if_due(cache, resolved)
+        return entry.outputs
+    if warmup_mode:
+        # As the SDK: a warm-up call marks the step and returns the graph's outputs without replaying it.
+        from ..core import mark_step  # the core imports this package
 
-            mark_step()
-            return entry.outputs
-        return entry(args, kwargs)
-
-    return forward
+        mark_step()
+        _counters.skip_replay_cnt[key] = _counters.skip_replay_cnt.get(key, 0) + 1
+        settings.log_if_due(cache, resolved)
+        return entry.outputs
+    _counters.cache_hits[key] = _counters.cache_hits.get(key, 0) + 1
+    outputs = entry(args, kwargs)
+    settings.log_if_due(cache, resolved)
+    return outputs
 
 
 def wrap_in_hpu_graph(
     module: torch.nn.Module,
     asynchronous: bool = False,
     disable_tensor_cache: bool = False,
-    dry_run: bool = False,
+    dry_run: bool | None = None,
     max_graphs: int | None = None,
+    free_inplace: bool = True,
+    verbose: bool = False,
+    log_frequency: int = 100,
 ) -> torch.nn.Module:
-    """Run ``module``'s forward as HPU graphs, one per input key (``input_hash``: shapes, view chains, autocast).
+    """Run ``module``'s forward as HPU graphs, one per input key (``input_hash``: dtypes, shapes, views, autocast).
 
     The first call with a key captures (and executes) the forward on the caller's own inputs, which become the graph's
     inputs; later calls copy their tensors into those (so the first call's tensors then hold the latest values) and
@@ -388,17 +568,32 @@ def wrap_in_hpu_graph(
     runs the original forward, and ``warmup_mode=True`` returns a captured graph's outputs without replaying it, as on
     the SDK. Once ``max_graphs`` graphs are cached, a call with a new key runs the original forward, uncaptured, as
     on the SDK: nothing is evicted. ``module.clear_cache()`` drops the graphs, ``module.clear_inputs()`` calls each
-    graph's ``clear_inputs()``.
+    graph's ``clear_inputs()``, ``module.log_statistics()`` prints :func:`log_stats` for this cache. The graphs are
+    created at the first call: in eager mode that call raises ``RuntimeError``, as on the SDK.
 
     Args:
         module: The module whose ``forward`` is wrapped (in place).
-        asynchronous: Accepted for compatibility with the SDK.
-        disable_tensor_cache: Accepted for compatibility with the SDK (the emulator keeps captured tensors).
-        dry_run: Accepted for compatibility with the SDK.
+        asynchronous: Whether Gaudi replays without waiting; the emulator's device runs in order, so it changes no
+            result (it is printed in the statistics).
+        disable_tensor_cache: On Gaudi, replays then read each call's own input tensors (the first call's are not
+            overwritten) and the graph frees the outputs nobody asked for. Not reproduced: the emulator copies each
+            call's tensors into the first call's, as without it, and keeps every tensor, so the returned values are
+            the same but a kept first batch is overwritten (and in-place updates of an input inside the forward land
+            in the first call's tensor), and device memory is higher. ``PT_HPUGRAPH_DISABLE_TENSOR_CACHE`` (``1`` or
+            ``0``), read at each call, overrides it.
+        dry_run: ``None`` (the 1.24 default): ``disable_tensor_cache``'s value. On Gaudi a dry run records the first
+            call without executing it and then replays it once; the emulated capture executes it once, which gives
+            the same outputs. Printed in the statistics.
         max_graphs: How many graphs to cache (later keys run uncaptured); no limit when ``None``.
+        free_inplace: With ``disable_tensor_cache``, whether Gaudi frees the tensors of in-place updates of slices
+            that nobody asked for (``mark_user_outputs``); memory only: the emulator keeps them, results are the same.
+        verbose: Print :func:`log_stats` every ``log_frequency`` wrapped calls of the process (as the SDK counts).
+        log_frequency: The number of calls between two printouts with ``verbose`` (0 or less: never).
 
     Raises:
-        TypeError: When ``module`` is not an ``nn.Module``.
+        TypeError: When ``module`` is not an ``nn.Module``, or a flag is not a bool (``dry_run``: or ``None``), or
+            ``log_frequency`` not an int.
+        ValueError: When ``max_graphs`` is not a positive int or ``None``.
         RuntimeError: When ``module`` was compiled with ``torch.compile``.
 
     Example:
@@ -409,18 +604,36 @@ def wrap_in_hpu_graph(
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"wrap_in_hpu_graph(module=...) needs a torch.nn.Module, got {type(module).__name__}.")
     refuse_compiled(module, "module")
-    _check_max_graphs(max_graphs, "wrap_in_hpu_graph", allow_none=True)
+    settings = _WrapSettings.checked(
+        "wrap_in_hpu_graph",
+        asynchronous=asynchronous,
+        disable_tensor_cache=disable_tensor_cache,
+        dry_run=dry_run,
+        max_graphs=max_graphs,
+        free_inplace=free_inplace,
+        verbose=verbose,
+        log_frequency=log_frequency,
+    )
     cache: dict[Hashable, _ForwardGraph] = {}
     original = module.forward
-    forward = functools.wraps(original)(_graphed_forward(original, cache, max_graphs))
+
+    @functools.wraps(original)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return _wrapped_forward(cache, original, args, kwargs, settings)
 
     def clear_inputs() -> None:
         for entry in cache.values():
             entry.graph.clear_inputs()
 
+    def log_statistics() -> None:
+        settings.log(cache, settings.resolved())
+
+    # Plain attributes on the module, as the SDK sets them (nn.Module's typing knows only tensors and modules). Each
+    # holds the cache, and so its graphs, for as long as the module keeps it.
     object.__setattr__(module, "forward", forward)
     object.__setattr__(module, "clear_inputs", clear_inputs)
     object.__setattr__(module, "clear_cache", cache.clear)
+    object.__setattr__(module, "log_statistics", log_statistics)
     return module
 
 
@@ -428,24 +641,33 @@ def wrap_in_hpu_graph_func(
     func: Callable[..., Any],
     asynchronous: bool = False,
     disable_tensor_cache: bool = False,
-    dry_run: bool = False,
+    dry_run: bool | None = None,
     max_graphs: int | None = None,
+    free_inplace: bool = True,
+    verbose: bool = False,
+    log_frequency: int = 100,
 ) -> Callable[..., Any]:
     """A function that runs ``func`` as HPU graphs, one per input key (``wrap_in_hpu_graph`` for a function).
 
     The same cache as :func:`wrap_in_hpu_graph`, returned as a new function (``func`` is not changed): the first call
     with a key captures and executes ``func`` on the caller's inputs, later ones copy their tensors into those and
-    replay into the same static outputs, with gradients enabled or not (as on the SDK).
+    replay into the same static outputs, with gradients enabled or not (as on the SDK). The arguments mean what they
+    mean for :func:`wrap_in_hpu_graph`; there is no ``log_statistics`` (``verbose=True`` prints the statistics).
 
     Args:
         func: The function to graph (uncompiled).
-        asynchronous: Accepted for compatibility with the SDK.
-        disable_tensor_cache: Accepted for compatibility with the SDK (the emulator keeps captured tensors).
-        dry_run: Accepted for compatibility with the SDK.
+        asynchronous: As for :func:`wrap_in_hpu_graph`.
+        disable_tensor_cache: As for :func:`wrap_in_hpu_graph`.
+        dry_run: As for :func:`wrap_in_hpu_graph`.
         max_graphs: How many graphs to cache (later keys run uncaptured); no limit when ``None``.
+        free_inplace: As for :func:`wrap_in_hpu_graph`.
+        verbose: As for :func:`wrap_in_hpu_graph`.
+        log_frequency: As for :func:`wrap_in_hpu_graph`.
 
     Raises:
-        TypeError: When ``func`` is not callable.
+        TypeError: When ``func`` is not callable, a flag is not a bool (``dry_run``: or ``None``), or
+            ``log_frequency`` not an int.
+        ValueError: When ``max_graphs`` is not a positive int or ``None``.
         RuntimeError: When ``func`` was compiled with ``torch.compile``.
 
     Example:
@@ -455,5 +677,19 @@ def wrap_in_hpu_graph_func(
     if not callable(func):
         raise TypeError(f"wrap_in_hpu_graph_func(func=...) needs a callable, got {type(func).__name__}.")
     refuse_compiled(func, "func")
-    _check_max_graphs(max_graphs, "wrap_in_hpu_graph_func", allow_none=True)
-    return _graphed_forward(func, {}, max_graphs)
+    settings = _WrapSettings.checked(
+        "wrap_in_hpu_graph_func",
+        asynchronous=asynchronous,
+        disable_tensor_cache=disable_tensor_cache,
+        dry_run=dry_run,
+        max_graphs=max_graphs,
+        free_inplace=free_inplace,
+        verbose=verbose,
+        log_frequency=log_frequency,
+    )
+    cache: dict[Hashable, _ForwardGraph] = {}
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return _wrapped_forward(cache, func, args, kwargs, settings)
+
+    return forward

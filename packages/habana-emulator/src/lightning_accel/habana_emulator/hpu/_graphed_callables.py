@@ -1,8 +1,9 @@
 """The emulated ``make_graphed_callables``: forward and backward HPU graphs behind an autograd function.
 
 ``hpu.graphs`` exports :func:`make_graphed_callables` under the SDK's name (gaudi-pytorch-bridge 1.19.0
-``python_packages/habana_frameworks/torch/hpu/graphs.py:187-476``); :func:`graph_autograd` is the capture of one
-callable, which the emulated ``ModuleCacher`` also builds its graphs with (``_graph_cache``).
+``python_packages/habana_frameworks/torch/hpu/graphs.py:187-476``, the same at bcc5172 but for its lazy-mode check:
+its ``HPUGraph()`` raises in eager mode); :func:`graph_autograd` is the capture of one callable, which the emulated
+``ModuleCacher`` also builds its graphs with (``_graph_cache``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ._hpu_graph import HPUGraph, graph, refuse_compiled
+from ._hpu_graph import HPUGraph, graph, refuse_compiled, refuse_eager_mode
 
 __all__ = ["graph_autograd", "make_graphed_callables"]
 
@@ -25,6 +26,7 @@ def graph_autograd(
     warmups: int,
     allow_unused_input: bool,
     first_call_is_capture: bool = False,
+    dry_run: bool = False,
 ) -> Callable[..., Any]:
     """Capture ``func``'s forward and backward; return a function of the user tensors that replays them.
 
@@ -32,6 +34,10 @@ def graph_autograd(
     parameters); their gradients come from the backward graph. With ``first_call_is_capture``, ``sample_args`` hold
     the first call's own inputs, so the first call returns what the capture computed instead of running the forward
     again (a second run would draw new random numbers, e.g. dropout masks, and do the work twice).
+
+    ``dry_run``: on Gaudi the forward capture then records without executing, so its in-place updates (a BatchNorm's
+    running statistics) happen at the replays only; the emulated capture executes, so the sample arguments and the
+    module's parameters and buffers get their values back after it.
     """
     surface = sample_args + params
     for _ in range(warmups):
@@ -42,8 +48,12 @@ def graph_autograd(
                 warm, warm_inputs, grad_outputs=[torch.zeros_like(o) for o in warm], allow_unused=allow_unused_input
             )
     forward_graph = HPUGraph()
+    kept = _owned_state(func, sample_args) if dry_run else []
     with graph(forward_graph):
         raw = func(*sample_args)
+    # What the forward capture changed in place (its version moved), put back once the backward is captured: the
+    # autograd graph of the capture checks the versions of what it saved.
+    changed = [(tensor, before) for tensor, before, version in kept if tensor._version != version]
     static_outputs = _as_tuple(raw)
     if not all(isinstance(o, torch.Tensor) for o in static_outputs):
         raise TypeError(
@@ -64,6 +74,9 @@ def graph_autograd(
                 allow_unused=allow_unused_input,
                 materialize_grads=allow_unused_input,
             )
+    with torch.no_grad():
+        for tensor, before in changed:
+            tensor.copy_(before)
     grad_iter = iter(grads)
     static_grad_inputs = tuple(next(grad_iter) if i.requires_grad else None for i in surface)
     user_count = len(sample_args)
@@ -100,6 +113,15 @@ def graph_autograd(
         return out[0] if isinstance(raw, torch.Tensor) else out
 
     return run
+
+
+def _owned_state(func: Any, sample_args: tuple[torch.Tensor, ...]) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """The tensors a captured forward may update in place, with copies of their values and their versions now."""
+    owner = getattr(func, "__self__", func)  # a module's bound forward
+    tensors = list(sample_args)
+    if isinstance(owner, torch.nn.Module):
+        tensors += [*owner.buffers(), *owner.parameters()]
+    return [(t, t.detach().clone(), t._version) for t in tensors]
 
 
 def _as_tuple(value: Any) -> tuple[Any, ...]:
@@ -154,24 +176,38 @@ def make_graphed_callables(
         sample_args: A tuple of tensors for one callable, or a tuple of such tuples.
         warmups: Eager forward and backward runs before the capture.
         allow_unused_input: Allow inputs that do not influence the outputs (their gradient is zero).
-        asynchronous: Accepted for compatibility with the SDK.
-        disable_tensor_cache: Accepted for compatibility with the SDK.
-        dry_run: Accepted for compatibility with the SDK.
+        asynchronous: Whether Gaudi replays without waiting; the emulator's device runs in order (no result changes).
+        disable_tensor_cache: On Gaudi the graphs then read the caller's tensors in place instead of copies and the
+            captures are dry runs; the emulator copies (same results, more memory) and does the dry run below.
+        dry_run: On Gaudi the captures record without executing, so the forward's in-place updates (a BatchNorm's
+            running statistics, the sample arguments) happen at the replays only: the emulated capture executes
+            and then puts those tensors back, so they match.
 
     Raises:
         AssertionError: As the SDK's assertions: when a module has hooks or a trainable buffer, or a sample argument
             is not a tensor.
-        TypeError: When a callable returns something else than tensors.
+        RuntimeError: In eager mode, when the graphs are created (as on the SDK, after the assertions).
+        TypeError: When a callable returns something else than tensors, or a flag is not a bool.
     """
     single = not isinstance(callables, tuple)
     items = (callables,) if single else callables
     samples = (sample_args,) if single else sample_args
     results: list[Any] = []
-    # The SDK checks every callable before it captures any (graphs.py:238-252).
+    for name, value in (
+        ("asynchronous", asynchronous),
+        ("disable_tensor_cache", disable_tensor_cache),
+        ("dry_run", dry_run),
+    ):
+        if not isinstance(value, bool):
+            raise TypeError(f"make_graphed_callables({name}={value!r}) is not accepted. Accepted: True or False.")
+    # The SDK checks every callable before it captures any (graphs.py:238-252), then creates the graphs, which refuse
+    # eager mode before any warm-up runs.
     for func, args in zip(items, samples, strict=False):
         if isinstance(func, torch.nn.Module):
             _check_module(func)
         _check_sample_args(tuple(args))
+    refuse_eager_mode("HPUGraph (make_graphed_callables captures each callable into two)")
+    dry = dry_run or disable_tensor_cache  # as the SDK's captures: dry_run=True if disable_tensor_cache else dry_run
     for func, args in zip(items, samples, strict=False):
         args = tuple(args)
         params: tuple[torch.Tensor, ...] = ()
@@ -179,7 +215,7 @@ def make_graphed_callables(
             params = tuple(func.parameters())
             training = func.training
             original = func.forward
-            graphed = graph_autograd(original, args, params, warmups, allow_unused_input)
+            graphed = graph_autograd(original, args, params, warmups, allow_unused_input, dry_run=dry)
 
             def forward(
                 *user_args: Any, _m: Any = func, _g: Any = graphed, _o: Any = original, _t: bool = training
@@ -191,5 +227,6 @@ def make_graphed_callables(
             results.append(func)
         else:
             refuse_compiled(func, "callables")
-            results.append(functools.wraps(func)(graph_autograd(func, args, params, warmups, allow_unused_input)))
+            graphed = graph_autograd(func, args, params, warmups, allow_unused_input, dry_run=dry)
+            results.append(functools.wraps(func)(graphed))
     return results[0] if single else tuple(results)

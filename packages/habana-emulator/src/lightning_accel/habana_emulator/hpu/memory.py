@@ -18,6 +18,7 @@ from .. import _native, _not_emulated
 from ._devices import _check_index, _index_of, _lazy_init
 
 __all__ = [
+    "formatted_memory_stats",
     "max_memory_allocated",
     "max_memory_cached",
     "max_memory_reserved",
@@ -130,6 +131,31 @@ def mem_get_info(device: Device = None) -> tuple[int, int]:
     """``(free, total)`` device memory in bytes: ``(Limit - InUse, Limit)``, as the SDK computes it."""
     stats = memory_stats(device)
     return stats["Limit"] - stats["InUse"], stats["Limit"]
+
+
+# The statistics that are sizes in bytes; formatted_memory_stats adds KB / MB / GB to them.
+_SIZES = ("Limit", "InUse", "MaxInUse", "MaxAllocSize")
+_UNITS = (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30))
+
+
+def formatted_memory_stats(device: Device = None) -> str:
+    """:func:`memory_stats` as text, one statistic a line, the sizes also in KB, MB and GB where they reach them.
+
+    The layout is the SDK's (``hpu/memory.py`` at bcc5172): a header line with the device id, then
+    ``"    <name padded to 39> :- <value>"``; a size reads ``"7340288 / 7168.00KB / 7.00MB"``.
+    """
+    stats = memory_stats(device)
+    index = 0 if device is None else _index_of(device)
+
+    def value_text(name: str, value: int) -> str:
+        if name not in _SIZES:
+            return str(value)
+        parts = [str(value)] + [f"{value / size:.2f}{unit}" for unit, size in _UNITS if value >= size]
+        return " / ".join(parts)
+
+    lines = [f"    Memory Statistics (Device ID) {' ' * 9} :- {index:<3}"]
+    lines += [f"    {name:<39} :- {value_text(name, value)}" for name, value in stats.items()]
+    return "\n".join(lines)
 
 
 # Only Gaudi's allocator keeps these; they refuse by name (see .._not_emulated).

@@ -1,16 +1,21 @@
 """Emulation of ``habana_frameworks.torch.hpex.kernels.FusedSDPA``: fused scaled-dot-product attention.
 
-The SDK's ``FusedSDPA`` (gaudi-pytorch-bridge 1.19.0, ``hpex/kernels/FusedSDPA.py``) is an autograd function over
+The SDK's ``FusedSDPA`` (gaudi-pytorch-bridge bcc5172, ``hpex/kernels/FusedSDPA.py``) is an autograd function over
 the TPC kernels ``torch.ops.hpu.sdpa_fwd`` / ``sdpa_bwd`` (it keeps the attention probabilities for backward) and
 ``sdpa_recomp_fwd`` / ``sdpa_recomp_bwd`` (it keeps the row max and inverse row sum and recomputes the
-probabilities in backward, to save memory). The emulator has the same Python wrapper, argument checks and grouped
-query attention reshapes, line for line, and computes the kernels with torch operations in float32
-(``hpex/_fused_ops.py``); ``softmax_mode="fast"`` runs the same exact softmax (Gaudi's fast mode uses a cheaper
-exponent in bf16, so Gaudi's results differ from the emulator's by more than rounding there).
+probabilities in backward, to save memory). The emulator has the same Python wrapper (its argument checks, the
+choice of variant, grouped query attention reshapes, 2-d masks, the empty output of an empty inference call) and
+computes the kernels with torch operations in float32 (``hpex/_fused_ops.py``): ``softmax_mode="fp32"`` (bf16 inputs
+only, as on the SDK) is that computation; ``softmax_mode="fast"`` runs the same exact softmax (Gaudi's fast mode uses
+a cheaper exponent in bf16, so Gaudi's results differ from the emulator's by more than rounding there).
 
-``recompute_mode=None`` means the SDK's process-wide switch (``hpu.recompute_sdp_enabled()``), which is on unless a
-program turns it off (``backend/helpers/runtime_config.cpp:33``); the emulator's ``hpu`` does not emulate that switch,
-so ``None`` is recompute on. First-generation Gaudi has no fused attention kernel: there this refuses.
+``recompute_mode=None`` means the SDK's process-wide switch, ``hpu.recompute_sdp_enabled()`` (on unless a program
+turns it off, or inside ``hpu.sdp_kernel(enable_recompute=False)``); in inference a single query row takes the
+recompute variant, and ``return_attn_probs=True`` the other, whatever was asked, as on the SDK.
+
+Not emulated (refused by name): ``valid_seq_len`` (padded inference batches), and ``window_size`` / ``sink``, new at
+bcc5172, which the SDK hands to the recompute kernel only (a sliding attention window and attention sinks whose
+exact semantics the kernel's published sources do not give).
 
 Example:
     >>> import torch
@@ -26,8 +31,7 @@ from typing import Any
 
 import torch
 
-from ... import hpu as ht  # noqa: F401  # the SDK's module has it (its recompute switch)
-from ..._generation import generation as _generation
+from ... import hpu as ht  # the SDK's module has it (its recompute switch)
 from .. import _fused_ops
 
 __all__ = ["FusedSDPA"]
@@ -75,12 +79,20 @@ def gqa_output_reshape(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.reshape((bs, groups * heads_per_group, seq_len, h_dim))
 
 
-def _refuse_on_first_generation() -> None:
-    if _generation() == "gaudi":
-        raise RuntimeError(
-            "FusedSDPA needs the fused attention kernels of Gaudi2 or later; this is a first-generation Gaudi "
-            "(LIGHTNING_ACCEL_EMULATE_HPU_TYPE=gaudi). Use torch.nn.functional.scaled_dot_product_attention there."
-        )
+def _not_emulated(argument: str, given: str, why: str, default: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"FusedSDPA with {argument}={given} is not emulated: {why}. Leave {argument} at {default} under emulation "
+        "(LIGHTNING_ACCEL_EMULATE=hpu)."
+    )
+
+
+def _expand_2d_mask(attn_mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    # As the SDK: a (query length, key length) mask becomes (batch, 1..., query length, key length).
+    assert attn_mask.shape[0] == q.shape[-2] and attn_mask.shape[1] == k.shape[-2], (
+        "unsupported 2D attention mask, the shape is not (Nt, Ns)"
+    )
+    shape = [q.shape[0], *([1] * max(q.dim() - 3, 0)), attn_mask.shape[0], attn_mask.shape[1]]
+    return attn_mask.expand(shape)
 
 
 def sdpa_fwd_wrapper(
@@ -98,33 +110,56 @@ def sdpa_fwd_wrapper(
     seq_padding_type: str = "left",
     return_dropout_mask: bool = False,
     return_attn_probs: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    sink: torch.Tensor | None = None,
 ) -> Any:
-    """The forward of :class:`FusedSDPA`, with the SDK's checks (``FusedSDPA.py:85-198``)."""
-    _refuse_on_first_generation()
+    """The forward of :class:`FusedSDPA`, with the SDK's checks and choice of variant (bcc5172)."""
     requires_backward = q.requires_grad or k.requires_grad or v.requires_grad
+    if not requires_backward and (q.numel() == 0 or k.numel() == 0 or v.numel() == 0):
+        # As the SDK: an empty inference call gives an (uninitialised) output of the right shape, no kernel.
+        return q.new_empty((*q.shape[:-1], v.shape[-1]))
     softmax_mode = softmax_mode.lower()
     seq_padding_type = seq_padding_type.lower()
     if scale is None:
         scale = _fused_ops.default_scale(q)
-    # The SDK reads its process-wide switch here (ht.recompute_sdp_enabled()); its default is on.
-    recompute = True if recompute_mode is None else recompute_mode
-    if return_attn_probs:
-        assert not requires_backward, "return_attn_probs is supported only for inference mode"
-        recompute = False
-    if recompute and requires_backward and softmax_mode == "fast":
-        assert is_causal, (
+    recompute = ht.recompute_sdp_enabled() if recompute_mode is None else recompute_mode
+    if not requires_backward:
+        # The SDK picks the variant in inference: one query row recomputes, returned probabilities need the other.
+        if q.size(-2) == 1:
+            recompute = True
+        if return_attn_probs:
+            recompute = False
+    if return_attn_probs and requires_backward:
+        raise AssertionError("return_attn_probs is supported only for inference mode")
+    if recompute and requires_backward and softmax_mode == "fast" and not is_causal:
+        raise AssertionError(
             "Optimized softmax mode is supported in recompute training mode only in causal(triangular) mask case"
         )
-    if valid_seq_len is not None:
-        assert is_causal and not requires_backward and attn_mask is None, (
+    if valid_seq_len is not None and not is_causal and not requires_backward:
+        raise AssertionError(
             "Valid sequence length is supported only in inference with is_causal(triangular) mask case"
         )
-        raise NotImplementedError(
-            "FusedSDPA with valid_seq_len (padded inference batches) is not emulated; leave it None and pass an "
-            "attention mask instead."
+    if recompute and return_dropout_mask:
+        raise AssertionError("Return_dropout_mask is not supported in recompute mode")
+    if softmax_mode == "fp32" and q.dtype != torch.bfloat16:
+        raise AssertionError("softmax_mode = fp32 is supported only when q/k/v inputs are BF16")
+    if valid_seq_len is not None:
+        raise _not_emulated(
+            "valid_seq_len", "<a tensor>", "padded inference batches (pass an attention mask instead)", "None"
         )
-    if recompute:
-        assert not return_dropout_mask, "Return_dropout_mask is not supported in recompute mode"
+    if tuple(window_size) != (-1, -1):
+        raise _not_emulated(
+            "window_size",
+            repr(window_size),
+            "the recompute kernel's sliding attention window, whose semantics are not published",
+            "(-1, -1)",
+        )
+    if sink is not None:
+        raise _not_emulated(
+            "sink", "<a tensor>", "the recompute kernel's attention sinks, whose semantics are not published", "None"
+        )
+    if attn_mask is not None and attn_mask.dim() == 2:
+        attn_mask = _expand_2d_mask(attn_mask, q, k)
 
     gqa = is_gqa(q, k)
     if gqa:
@@ -134,6 +169,8 @@ def sdpa_fwd_wrapper(
     if gqa:
         out = gqa_output_reshape(out)
     if not requires_backward:
+        if recompute:
+            return out  # the recompute kernel gives neither probabilities nor a dropout mask
         probs_out = probs.to(q.dtype)
         if gqa:
             mask = gqa_output_reshape(mask) if mask is not None else None
@@ -178,15 +215,17 @@ def sdpa_bwd_wrapper(ctx: Any, dout: torch.Tensor, *args: Any) -> tuple[Any, ...
     )
     if ctx.gqa:
         dq, dk, dv = gqa_output_reshape(dq), gqa_output_reshape(dk), gqa_output_reshape(dv)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+    # One gradient per input of forward: q, k, v, then none for its twelve other arguments.
+    return (dq, dk, dv, *([None] * 12))
 
 
 class FusedSDPA(torch.autograd.Function):
     """The SDK's fused scaled-dot-product attention, ``FusedSDPA.apply(q, k, v, attn_mask, dropout_p, is_causal, ...)``.
 
     Arguments after ``v`` are positional in ``apply`` (an autograd function): ``attn_mask``, ``dropout_p``,
-    ``is_causal``, ``scale``, ``softmax_mode`` (``"None"`` or ``"fast"``), ``recompute_mode`` (``None``: on),
-    ``valid_seq_len`` (not emulated), ``seq_padding_type``, ``return_dropout_mask``, ``return_attn_probs``.
+    ``is_causal``, ``scale``, ``softmax_mode`` (``"None"``, ``"fast"`` or ``"fp32"``), ``recompute_mode``
+    (``None``: ``hpu.recompute_sdp_enabled()``), ``valid_seq_len`` (not emulated), ``seq_padding_type``,
+    ``return_dropout_mask``, ``return_attn_probs``, ``window_size`` and ``sink`` (not emulated beyond their defaults).
 
     Example:
         >>> import torch
@@ -211,6 +250,8 @@ class FusedSDPA(torch.autograd.Function):
         seq_padding_type: str = "left",
         return_dropout_mask: bool = False,
         return_attn_probs: bool = False,
+        window_size: tuple[int, int] = (-1, -1),
+        sink: torch.Tensor | None = None,
     ) -> Any:
         return sdpa_fwd_wrapper(
             ctx,
@@ -227,6 +268,8 @@ class FusedSDPA(torch.autograd.Function):
             seq_padding_type=seq_padding_type,
             return_dropout_mask=return_dropout_mask,
             return_attn_probs=return_attn_probs,
+            window_size=window_size,
+            sink=sink,
         )
 
     @staticmethod

@@ -5,14 +5,7 @@ What each metric counts on the emulator is in :mod:`.metrics`.
 
 from __future__ import annotations
 
-from .exceptions import InvalidMetricDumpFileFormat, InvalidMetricDumpTrigger, MetricNotFound
+from .exceptions import MetricNotFoundError
 from .metrics import metric_global, metric_localcontext, metrics_dump
 
-__all__ = [
-    "InvalidMetricDumpFileFormat",
-    "InvalidMetricDumpTrigger",
-    "MetricNotFound",
-    "metric_global",
-    "metric_localcontext",
-    "metrics_dump",
-]
+__all__ = ["MetricNotFoundError", "metric_global", "metric_localcontext", "metrics_dump"]

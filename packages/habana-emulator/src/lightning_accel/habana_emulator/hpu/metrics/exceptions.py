@@ -1,17 +1,13 @@
-"""Emulation of ``habana_frameworks.torch.hpu.metrics.exceptions`` (gaudi-pytorch-bridge 1.19.0, the same classes)."""
+"""Emulation of ``habana_frameworks.torch.hpu.metrics.exceptions``.
+
+At bcc5172 the module has one class; 1.19's ``MetricNotFound``, ``InvalidMetricDumpFileFormat`` and
+``InvalidMetricDumpTrigger`` are gone.
+"""
 
 from __future__ import annotations
 
-__all__ = ["InvalidMetricDumpFileFormat", "InvalidMetricDumpTrigger", "MetricNotFound"]
+__all__ = ["MetricNotFoundError"]
 
 
-class MetricNotFound(Exception):
-    """``metric_localcontext`` was given a name no metric is registered under (``metrics.py:88-92``)."""
-
-
-class InvalidMetricDumpFileFormat(Exception):
-    """A metrics dump format the SDK does not know."""
-
-
-class InvalidMetricDumpTrigger(Exception):
-    """A metrics dump trigger the SDK does not know."""
+class MetricNotFoundError(Exception):
+    """``metric_localcontext`` was given a name no metric is registered under (``metrics.py``, ``get_local_metric``)."""

@@ -1,10 +1,11 @@
 """Emulation of ``habana_frameworks.torch.hpu.metrics.saver``: writing metric statistics to JSON or text files.
 
-The SDK's module is plain Python (gaudi-pytorch-bridge 1.19.0, ``python_packages/habana_frameworks/torch/hpu/metrics/
+The SDK's module is plain Python (gaudi-pytorch-bridge bcc5172, ``python_packages/habana_frameworks/torch/hpu/metrics/
 saver.py``); this is the same logic with the same file formats, names and environment variables
-(``PT_HPU_METRICS_FILE``, ``PT_HPU_METRICS_FILE_FORMAT``, ``PT_HPU_METRICS_DUMP_TRIGGERS`` and their ``HABANA_PT_``
-spellings). As on the SDK, a file name without a directory part (``"metrics.json"``) fails in ``os.makedirs("")``
-(``saver.py:30``): pass ``"./metrics.json"``.
+(``PT_HPU_METRICS_FILE``, ``PT_HPU_METRICS_FILE_FORMAT`` and their ``HABANA_PT_`` spellings). Since 1.19 the SDK
+dumps on two triggers only, the process's exit and the user's ``metrics_dump``: ``PT_HPU_METRICS_DUMP_TRIGGERS`` is
+no longer read, and a saver made from the environment dumps at exit. As on the SDK, a file name without a directory
+part (``"metrics.json"``) fails in ``os.makedirs("")``: pass ``"./metrics.json"``.
 """
 
 from __future__ import annotations
@@ -12,16 +13,12 @@ from __future__ import annotations
 import abc
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import IO, Any, ClassVar
 
-from .exceptions import InvalidMetricDumpFileFormat, InvalidMetricDumpTrigger
-
 __all__ = [
-    "InvalidMetricDumpFileFormat",
-    "InvalidMetricDumpTrigger",
     "MetricDumpFormat",
     "MetricDumpTrigger",
     "MetricJsonWriter",
@@ -30,6 +27,10 @@ __all__ = [
     "MetricTextWriter",
     "MetricWriter",
 ]
+
+
+def _pairs(stats: Sequence[tuple[str, Any]] | Mapping[str, Any]) -> Sequence[tuple[str, Any]]:
+    return list(stats.items()) if isinstance(stats, Mapping) else stats
 
 
 class MetricWriter(metaclass=abc.ABCMeta):
@@ -53,7 +54,9 @@ class MetricWriter(metaclass=abc.ABCMeta):
             return handle
 
     @abc.abstractmethod
-    def write(self, name: str, stats: Sequence[tuple[str, Any]], dump_trigger: str, timestamp: Any) -> None:
+    def write(
+        self, name: str, stats: Sequence[tuple[str, Any]] | Mapping[str, Any], dump_trigger: str, timestamp: Any
+    ) -> None:
         raise NotImplementedError
 
     @abc.abstractmethod
@@ -86,7 +89,9 @@ class MetricJsonWriter(MetricWriter):
         self._handle.flush()
         self._first_obj_written = False
 
-    def write(self, name: str, stats: Sequence[tuple[str, Any]], dump_trigger: str, timestamp: Any) -> None:
+    def write(
+        self, name: str, stats: Sequence[tuple[str, Any]] | Mapping[str, Any], dump_trigger: str, timestamp: Any
+    ) -> None:
         """Append one metric's statistics to the array (``saver.py:96-112``)."""
         assert self._handle is not None
         obj_to_write = {
@@ -114,7 +119,9 @@ class MetricJsonWriter(MetricWriter):
 class MetricTextWriter(MetricWriter):
     """Writes metric statistics as text blocks (``Metric name:``, ``Triggered by:``, ``Statistics:`` ...)."""
 
-    def write(self, name: str, stats: Sequence[tuple[str, Any]], dump_trigger: str, timestamp: Any) -> None:
+    def write(
+        self, name: str, stats: Sequence[tuple[str, Any]] | Mapping[str, Any], dump_trigger: str, timestamp: Any
+    ) -> None:
         """Append one metric's block (``saver.py:131-143``)."""
         assert self._handle is not None
         lines_to_write = [
@@ -122,7 +129,8 @@ class MetricTextWriter(MetricWriter):
             f"Triggered by: {dump_trigger}\n",
             f"Generated on: {timestamp}\n",
             "Statistics:\n",
-            *[f"\t{stat_name}: {stat_value}\n" for stat_name, stat_value in stats],
+            # device_memory's statistics are a dict, which the SDK's writer would unpack as pairs and fail on.
+            *[f"\t{stat_name}: {stat_value}\n" for stat_name, stat_value in _pairs(stats)],
             "\n",
         ]
         self._handle.writelines(lines_to_write)
@@ -142,7 +150,9 @@ class MetricNullWriter(MetricWriter):
     def __init__(self, name: str = "") -> None:
         pass
 
-    def write(self, name: str, stats: Sequence[tuple[str, Any]], dump_trigger: str, timestamp: Any) -> None:
+    def write(
+        self, name: str, stats: Sequence[tuple[str, Any]] | Mapping[str, Any], dump_trigger: str, timestamp: Any
+    ) -> None:
         pass
 
     def close(self) -> None:
@@ -160,8 +170,6 @@ class MetricDumpTrigger(str, Enum):
     """The events that write a dump."""
 
     process_exit = "process_exit"
-    mark_step = "mark_step"
-    metric_change = "metric_change"
     user = "user"
 
 
@@ -175,8 +183,6 @@ class MetricSaver:
     METRIC_FILE_FORMAT_ENV_VAR_ALT = "HABANA_PT_METRICS_FILE_FORMAT"
     METRIC_FILE_FORMAT_DEFAULT = MetricDumpFormat.json
 
-    METRIC_DUMP_TRIGGER_ENV_VAR = "PT_HPU_METRICS_DUMP_TRIGGERS"
-    METRIC_DUMP_TRIGGER_ENV_VAR_ALT = "HABANA_PT_METRICS_DUMP_TRIGGERS"
     METRIC_DUMP_TRIGGER_DEFAULT = ",".join([MetricDumpTrigger.process_exit])
 
     FORMAT_TO_WRITER_MAP: ClassVar[dict[MetricDumpFormat, type[MetricWriter]]] = {
@@ -187,9 +193,11 @@ class MetricSaver:
     def __init__(
         self,
         file_name: str = "",
-        triggers: Sequence[MetricDumpTrigger] = [MetricDumpTrigger.user],
+        triggers: Sequence[MetricDumpTrigger] | None = None,
         format: MetricDumpFormat = METRIC_FILE_FORMAT_DEFAULT,
     ) -> None:
+        if triggers is None:
+            triggers = [MetricDumpTrigger.user]
         use_env = not file_name
         self._metric_file_base_name = file_name or self._get_env(self.METRIC_FILE_ENV_VAR, self.METRIC_FILE_ENV_VAR_ALT)
         self._saver_enabled = bool(self._metric_file_base_name)
@@ -209,11 +217,8 @@ class MetricSaver:
         return default_value
 
     def _get_metric_dump_trigger_from_env(self) -> list[MetricDumpTrigger]:
-        dump_trigger = self._get_env(
-            self.METRIC_DUMP_TRIGGER_ENV_VAR, self.METRIC_DUMP_TRIGGER_ENV_VAR_ALT, self.METRIC_DUMP_TRIGGER_DEFAULT
-        )
-        # The SDK indexes the enum, so an unknown trigger is a KeyError (saver.py:214-219).
-        return [MetricDumpTrigger[trigger] for trigger in dump_trigger.split(",")]
+        # The name is the SDK's; since 1.19 no variable chooses the triggers, the default (process exit) is used.
+        return [MetricDumpTrigger[trigger] for trigger in self.METRIC_DUMP_TRIGGER_DEFAULT.split(",")]
 
     def _get_metric_dump_format_from_env(self) -> MetricDumpFormat:
         metric_file_format = self._get_env(
@@ -242,13 +247,19 @@ class MetricSaver:
 
     @property
     def metric_change_callback(self) -> Callable[[Any, str, Sequence[tuple[str, Any]]], None]:
-        """The callback a metric calls on each change; writes when ``metric_change`` is a trigger."""
+        """The callback the manager hands each global metric (``on_metric_change``); no metric calls it any more.
+
+        The 1.19 SDK wrote a dump on each change when ``metric_change`` was a trigger. That trigger is gone (metrics
+        collect their events when read), and the SDK's callback still names it, so calling it fails there with an
+        ``AttributeError``; the emulator's says why.
+        """
 
         def callback(timestamp: Any, metric_name: str, stats: Sequence[tuple[str, Any]]) -> None:
-            if MetricDumpTrigger.metric_change in self._metric_dump_triggers and self._metric_writer is not None:
-                self._get_metric_writer().write(
-                    metric_name, stats, MetricDumpTrigger.metric_change, timestamp=timestamp
-                )
+            raise AttributeError(
+                f"MetricSaver.metric_change_callback was called for {metric_name!r}, but this SDK has no "
+                "'metric_change' dump trigger (MetricDumpTrigger has only process_exit and user); dump with "
+                "metrics_dump() instead."
+            )
 
         return callback
 
@@ -256,9 +267,9 @@ class MetricSaver:
         """Allow writing (the SDK enables its global saver when a device is acquired)."""
         self._saver_activated = True
 
-    def process_trigger(self, trigger: MetricDumpTrigger, metrics: Sequence[Any] = []) -> None:
-        """Write each metric's statistics if ``trigger`` is one of this saver's triggers."""
-        if trigger in self._metric_dump_triggers:
+    def process_trigger(self, trigger: MetricDumpTrigger, metrics: Sequence[Any] | None = None) -> None:
+        """Write each metric's statistics if ``trigger`` is one of this saver's triggers (no metrics: nothing to do)."""
+        if metrics is not None and trigger in self._metric_dump_triggers:
             for metric in metrics:
                 self._get_metric_writer().write(metric.name(), metric.stats(), trigger, timestamp=datetime.now())
 
