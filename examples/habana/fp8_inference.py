@@ -14,7 +14,7 @@ difference of their outputs. Needs the extra: ``pip install 'lightning-accel-hab
 
 Run:
     LIGHTNING_ACCEL_EMULATE=hpu python examples/habana/fp8_inference.py --out /tmp/fp8_inference
-    LIGHTNING_ACCEL_EMULATE=hpu LIGHTNING_ACCEL_EMULATE_HPU_TYPE=gaudi python examples/habana/fp8_inference.py  # no fp8
+    LIGHTNING_ACCEL_EMULATE=hpu LIGHTNING_ACCEL_EMULATE_HPU_TYPE=gaudi3 python examples/habana/fp8_inference.py
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ prints the validation accuracy.
 
 Run:
     LIGHTNING_ACCEL_EMULATE=hpu python examples/habana/fp8_training.py
-    LIGHTNING_ACCEL_EMULATE=hpu LIGHTNING_ACCEL_EMULATE_HPU_TYPE=gaudi python examples/habana/fp8_training.py  # refused
+    LIGHTNING_ACCEL_EMULATE=hpu LIGHTNING_ACCEL_EMULATE_HPU_TYPE=gaudi3 python examples/habana/fp8_training.py
 """
 
 from __future__ import annotations

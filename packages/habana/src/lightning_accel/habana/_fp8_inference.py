@@ -27,10 +27,10 @@ lightning-habana also called ``htcore.hpu_set_env()`` and ``htcore.hpu_initializ
 mark_only_scales_as_const=True)``: graph-compiler settings for lazy mode (inference mode, scales marked as
 constants), which change no number. They are left to the user here, as INC's own examples leave them.
 
-INC is the optional extra ``lightning-accel-habana[fp8-inference]`` (``neural-compressor-pt`` 3.7.1: the newest
-release whose static fp8 path calls only SDK names of the newest public bridge, 1.19.0; 3.8 and later call
-``utils.experimental._set_is_dynamic_quantization`` at every prepare, and dynamic quantization calls
-``torch.ops.hpu.calculate_scale_for_cast``, which that bridge lacks; 3.4 and earlier fail to import next to
+INC is the optional extra ``lightning-accel-habana[fp8-inference]`` (``neural-compressor-pt`` 3.7.1 to 3.10: 3.7.1 is
+Intel Gaudi software 1.23's INC; 3.8 and later call ``utils.experimental._set_is_dynamic_quantization`` at every
+prepare, which 1.24 has; dynamic quantization calls ``torch.ops.hpu.calculate_scale_for_cast``, which the emulator
+lacks; 3.4 and earlier fail to import next to
 transformers 5, which ``import lightning`` imports when installed), imported when ``convert_modules(inference=True)``
 runs.
 """
@@ -88,7 +88,7 @@ def _quantization() -> ModuleType:
     except ImportError as exc:
         raise ConfigurationError(
             f"convert_modules(inference=True) quantizes to fp8 with Intel Neural Compressor, which cannot be imported "
-            f"({exc}). Install it with `pip install '{EXTRA}'` (neural-compressor-pt 3.7.1), or use "
+            f"({exc}). Install it with `pip install '{EXTRA}'` (neural-compressor-pt 3.7.1 to 3.10), or use "
             "inference=False for fp8 training."
         ) from exc
 

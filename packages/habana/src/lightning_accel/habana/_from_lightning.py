@@ -2,7 +2,8 @@
 
 A script written for GPUs passes ``strategy=DDPStrategy(find_unused_parameters=True)`` (or ``static_graph=True``, a
 communication hook ...) or ``FSDPStrategy(auto_wrap_policy=..., sharding_strategy=...)``. Those classes join their
-process group with ``device_id``, which the SDK's ``init_process_group`` lacks, and set up CUDA (hooks, FSDP's
+process group with ``device_id`` (which a bound group's ``DeviceMesh`` then splits, refused by HCCL; SDK 1.19 even
+lacked the parameter), and set up CUDA (hooks, FSDP's
 device), so on HPUs the core asks the HPU strategy for its equivalent (``from_lightning_strategy``) before launch.
 The arguments are read back from the attributes Lightning's ``__init__`` stores them in (both trees).
 """

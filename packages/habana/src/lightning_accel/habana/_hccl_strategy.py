@@ -12,7 +12,9 @@ Every multi-HPU strategy of lightning-accel is a Lightning strategy (``DDPStrate
   rank's module), then ``init_process_group`` **without** ``device_id``. Lightning passes ``device_id=root_device``
   for any non-CPU device, but on Gaudi the root device is ``torch.device("hpu")`` without an index (the runtime
   gives each process its module), and torch refuses an index-less ``device_id`` ("Please use a device_id with
-  index", ``torch.distributed.distributed_c10d.init_process_group``); the archived lightning-habana left it out too;
+  index", ``torch.distributed.distributed_c10d.init_process_group``). SDK 1.24's wrapper turns it into ``hpu:0`` and
+  binds the group to it, which makes torch 2.13 build a ``DeviceMesh``'s sub-groups with ``split_group``, which HCCL
+  refuses; the archived lightning-habana left it out too;
 - the backend: HCCL's where ``process_group_backend`` is None, the default of the Lightning constructors the HPU
   strategies take unchanged;
 - DDP must not pin device ids;
