@@ -6,6 +6,8 @@ Lightning's launcher re-runs this file once per extra local process, so it must 
 from __future__ import annotations
 
 import argparse
+import atexit
+import json
 import os
 import sys
 from pathlib import Path
@@ -21,6 +23,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer, seed_everythin
 from lightning_accel.habana import HPUAccelerator, HPUParallelStrategy
 
 HOOK_CALLS = [0]
+GLOBAL_RANK = [-1]
 
 
 def _counted(hook: Any) -> Any:
@@ -70,6 +73,7 @@ class _Record(Callback):
         token = trainer.strategy.broadcast(f"from-rank-{trainer.global_rank}", src=0)
         # A host tensor, as a metric computed on the CPU: HCCL serves HPU tensors only.
         host = trainer.strategy.reduce(torch.tensor([float(trainer.global_rank + 1)]), reduce_op="sum")
+        GLOBAL_RANK[0] = trainer.global_rank
         torch.save(
             {
                 "backend": dist.get_backend(),
@@ -93,6 +97,15 @@ class _Record(Callback):
         )
 
 
+def _record_group_at_exit(out: Path) -> None:
+    # Registered before the run, so it runs after every exit handler the run registers (atexit runs them last in,
+    # first out): it sees whether the process group is still alive when the interpreter's teardown begins.
+    def record() -> None:
+        (out / f"rank{GLOBAL_RANK[0]}.exit.json").write_text(json.dumps({"group_alive": dist.is_initialized()}))
+
+    atexit.register(record)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -103,6 +116,7 @@ def main() -> None:
     parser.add_argument("--comm-hook", default="", help="bf16, fp16-wrapper or post-localsgd")
     parser.add_argument("--static-graph", action="store_true", help="DDP's static_graph=True")
     args = parser.parse_args()
+    _record_group_at_exit(args.out)
     seed_everything(11)
     model = digits_classifier()
     train, val = digits_loaders()

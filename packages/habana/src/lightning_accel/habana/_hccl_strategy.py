@@ -20,6 +20,9 @@ Every multi-HPU strategy of lightning-accel is a Lightning strategy (``DDPStrate
 - DDP must not pin device ids;
 - reductions with the operations HCCL supports (no average: the mean is sum / world size);
 - teardown restores the environment variables the HPU set-up wrote;
+- the process group this strategy created ends when the process exits, before the interpreter's teardown, as
+  Lightning does for NCCL (``_init_dist_connection``) but not for other backends: a group left to the interpreter's
+  teardown can abort the process ("terminate called without an active exception") after a run that succeeded;
 - when Lightning launches the ranks itself, a rank that dies ends the run with a message naming it
   (:mod:`lightning_accel.core.rank_watch`).
 
@@ -29,6 +32,9 @@ The mixin imports no Lightning tree of its own, so it fits ``lightning.pytorch``
 
 from __future__ import annotations
 
+import atexit
+import functools
+import signal
 from typing import Any
 
 import torch
@@ -42,6 +48,22 @@ from ._devices import parallel_root_device
 from ._distributed_env import HCCLEnvironment, forget_sdk_rendezvous_defaults
 
 __all__ = ["HCCLStrategyMixin"]
+
+
+@functools.cache
+def _end_process_group_at_exit() -> None:
+    # Once per process, however many strategies join.
+    atexit.register(_end_process_group)
+
+
+def _end_process_group() -> None:
+    # A Ctrl-C here would leave the group half-destroyed; the user's own destroy_process_group may have run first.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class HCCLStrategyMixin(RequiresHPUAccelerator):
@@ -107,7 +129,10 @@ class HCCLStrategyMixin(RequiresHPUAccelerator):
         self._hccl.initialize(world_size, global_rank, local_rank)
         # In a rank (or under SLURM, where nobody launched the ranks in this process) the SDK may have loaded since.
         forget_sdk_rendezvous_defaults()
+        joined_here = not torch.distributed.is_initialized()  # Lightning leaves a group the user made alone
         init_dist_connection(self.cluster_environment, self.process_group_backend, timeout=self._timeout)
+        if joined_here:
+            _end_process_group_at_exit()
 
     def setup_distributed(self) -> None:
         """(Trainer) Join the ``"hccl"`` process group as Lightning's DDP does, without an index-less ``device_id``."""
