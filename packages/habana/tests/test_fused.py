@@ -281,16 +281,6 @@ def test_fused_sdpa_options_the_sdk_lacks_are_refused_by_name() -> None:
         model(x, is_causal=True).sum().backward()  # fast softmax with causal recompute training: the SDK's case
 
 
-def test_fused_sdpa_is_refused_on_a_first_generation_gaudi(monkeypatch: pytest.MonkeyPatch) -> None:
-    htexp = sdk.experimental_utils_module()
-    monkeypatch.setattr(htexp, "_get_device_type", lambda: htexp.synDeviceType.synDeviceGaudi)
-    model, _ = _attention()
-    with pytest.raises(
-        ConfigurationError, match=r"needs the fused attention kernel of Gaudi2 or later.*synDeviceGaudi"
-    ):
-        use_fused_sdpa(model)
-
-
 def test_use_fused_sdpa_on_a_transformers_llama_with_grouped_query_attention(
     fused_sdpa_calls: list[dict[str, Any]],
 ) -> None:

@@ -1,22 +1,18 @@
 """fp8 training with the SDK's Transformer Engine, shared by the Trainer, Fabric and DeepSpeed precision plugins.
 
 What the plugins do with ``precision="fp8"`` (the archived lightning-habana 1.6.0's ``plugins/precision.py``, kept
-where it was right): the plugin is refused where the HPU generation has no fp8, with the SDK's reason;
-``convert_modules(module, replace_layers=True)`` swaps every ``torch.nn.Linear`` for the SDK's
+where it was right): ``convert_modules(module, replace_layers=True)`` swaps every ``torch.nn.Linear`` for the SDK's
 ``transformer_engine.Linear`` (copying the weights, which lightning-habana did not), unless the module already holds
 Transformer Engine layers; the steps run inside ``fp8_autocast(enabled=True, fp8_recipe=recipe)``.
 
 Only names the SDK has are used (gaudi-pytorch-bridge 1.18.0, ``hpex/experimental/transformer_engine/``; from 1.19 the
 package re-exports ``intel_transformer_engine``):
 
-- availability: the SDK's own check (``fp8.check_fp8_support()``, cached by
-  ``fp8.FP8GlobalStateManager.is_fp8_available()``; there is no module-level ``fp8.is_fp8_available``, which
-  lightning-habana dropped in 1c4e7e3) asks ``hpu.get_device_name()``, and that acquires a device
-  (``hpu/__init__.py:121-142``) before the strategy has set ``HLS_MODULE_ID``. So the plugins ask
-  ``utils.experimental._get_device_type()``, which counts devices by generation without acquiring one
-  (``backend/synapse_helpers/device.cpp:573-590``), and apply the SDK's rule: no fp8 on first-generation Gaudi
-  (``synDeviceGaudi``), with the SDK's reason. ``fp8_autocast(enabled=True)`` asserts the SDK's own answer when the
-  steps run, on the device the strategy chose;
+- availability: every Gaudi the supported SDKs (1.23, 1.24) run on, Gaudi 2 and Gaudi 3, has fp8; the SDK refuses
+  fp8 on first-generation Gaudi only, which those SDKs no longer run on. So the plugins ask nothing before the run
+  (the SDK's own ``FP8GlobalStateManager.is_fp8_available()`` asks ``hpu.get_device_name()``, which acquires a
+  device before the strategy has set ``HLS_MODULE_ID``), and ``fp8_autocast(enabled=True)`` still asserts the SDK's
+  answer when the steps run, on the device the strategy chose;
 - Transformer Engine layers are recognised as instances of the layer classes the package exports (``Linear``,
   ``FusedAttention`` and any other ``torch.nn.Module`` class of it or its ``module`` submodule), not by the module
   name of their class, which is ``intel_transformer_engine...`` from 1.19 on.
@@ -35,48 +31,13 @@ from lightning_accel.core.errors import ConfigurationError
 from . import sdk
 
 __all__ = [
-    "NO_FP8_REASON",
     "check_inference_arguments",
     "convert_modules",
     "fp8_autocast",
-    "fp8_status",
     "make_recipe",
     "replace_linear_layers",
-    "require_fp8",
     "te_layer_classes",
 ]
-
-# The SDK's reason (transformer_engine/fp8.py:30-36, check_fp8_support).
-NO_FP8_REASON = "FP8 not supported on Gaudi, Gaudi2 or higher required"
-
-
-def _first_generation() -> bool:
-    htexp = sdk.experimental_utils_module()
-    return bool(htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi)
-
-
-def fp8_status() -> tuple[bool, str]:
-    """``(True, "")`` where the HPU generation has fp8 (Gaudi2 on), else ``(False, the SDK's reason)``.
-
-    Asked from the device type, which opens no device (see the module docstring).
-    """
-    if _first_generation():
-        return False, NO_FP8_REASON
-    return True, ""
-
-
-def require_fp8() -> None:
-    """Raise unless the HPU generation has fp8; opens no device.
-
-    Raises:
-        ConfigurationError: On a first-generation Gaudi, with the SDK's reason.
-    """
-    available, reason = fp8_status()
-    if not available:
-        raise ConfigurationError(
-            f"precision='fp8' is not available on this HPU (a first-generation Gaudi, synDeviceGaudi): {reason!r}. "
-            "Accepted on it: 'bf16-mixed', 'bf16-true' or '32-true'; fp8 needs a Gaudi2 or later."
-        )
 
 
 def make_recipe(recipe: Any) -> Any:

@@ -29,7 +29,7 @@ import torch
 from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
-from ._precision_settings import loss_scaler, require_float16
+from ._precision_settings import loss_scaler
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecision
@@ -61,12 +61,9 @@ def check_precision(precision: Any, owner: str) -> str:
     """``precision`` if FSDP runs it on HPUs.
 
     Raises:
-        ConfigurationError: For any other precision, with the accepted ones; for ``"16-mixed"`` on a Gaudi without
-            float16.
+        ConfigurationError: For any other precision, with the accepted ones.
     """
     if precision in ACCEPTED_PRECISIONS:
-        if precision == "16-mixed":
-            require_float16()
         return str(precision)
     hint = (
         " The HPU plugins keep float16 for mixed precision only: '16-mixed' computes in float16 with float32 "

@@ -27,7 +27,6 @@ __all__ = [
     "default_dtype",
     "from_lightning_plugin",
     "normalize_precision",
-    "require_float16",
 ]
 
 PrecisionLiteral = Literal["bf16-mixed", "16-mixed", "32-true", "bf16-true", "fp8"]
@@ -103,9 +102,8 @@ class PrecisionSettings:
 
         Raises:
             ConfigurationError: For an unsupported precision, ``opt_level`` or ``verbose``, lists given without a
-                mixed precision, a bad list file, an operator in both lists, lists that cannot reach the SDK (it has
-                loaded with other lists: the message gives the ``export`` lines to set before start), or
-                ``"16-mixed"`` on a Gaudi without float16.
+                mixed precision, a bad list file, an operator in both lists, or lists that cannot reach the SDK (it
+                has loaded with other lists: the message gives the ``export`` lines to set before start).
         """
         value = normalize_precision(precision)
         if opt_level != "O1":
@@ -138,10 +136,6 @@ class PrecisionSettings:
             )
         # The SDK reads the lists once, when it loads: hand them over now, before anything loads it.
         sdk._export_autocast_lists(bf16_file_path, fp32_file_path)
-        if value == "16-mixed":
-            require_float16()
-        if value == "fp8":
-            _fp8.require_fp8()
         return cls(value, opt_level, False, lower, fp32)
 
     @property
@@ -170,21 +164,6 @@ class PrecisionSettings:
     def no_cast_context(self) -> AbstractContextManager[Any]:
         """No casting inside (the optimizer step); nothing to do for the true precisions."""
         return sdk.disable_casts() if self.mixed else nullcontext()
-
-
-def require_float16() -> None:
-    """Refuse ``"16-mixed"`` on a Gaudi without float16 arithmetic (first-generation Gaudi).
-
-    Raises:
-        ConfigurationError: On a first-generation Gaudi.
-    """
-    # Asked without opening a card: the plugin is built before the strategy sets HLS_MODULE_ID (see sdk.generation).
-    # First-generation Gaudi has no float16 arithmetic; Gaudi2 and later do.
-    if not sdk.float16_supported():
-        raise ConfigurationError(
-            f"precision='16-mixed' needs float16 support, which this HPU ({sdk.generation()}) lacks: 'FP16 not "
-            "supported on Gaudi, Gaudi2 or higher required'. Accepted on it: 'bf16-mixed', 'bf16-true' or '32-true'."
-        )
 
 
 @contextmanager

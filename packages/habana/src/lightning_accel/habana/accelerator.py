@@ -42,14 +42,12 @@ class HPUAccelerator(HPUDevices, Accelerator):
 
     @staticmethod
     def is_fp8_available() -> tuple[bool, str]:
-        """``(True, "")`` where the HPU generation has fp8 (Gaudi2 on), else ``(False, reason)``; opens no device.
+        """``(True, "")``: every Gaudi the supported SDKs run on (Gaudi 2 and 3) has fp8; opens no device.
 
-        Asked from ``utils.experimental._get_device_type()``, which counts devices by generation without acquiring one
-        (the SDK's own ``FP8GlobalStateManager.is_fp8_available()`` asks ``get_device_name()``, which acquires one).
+        Kept from lightning-habana's API. First-generation Gaudi, the one HPU without fp8, is refused when the SDK
+        loads (Intel Gaudi software 1.23 and 1.24 no longer run on it).
         """
-        from ._fp8 import fp8_status
-
-        return fp8_status()
+        return True, ""
 
     @staticmethod
     def is_lazy() -> bool:

@@ -10,8 +10,8 @@ with ``use_fused_adam``, ``use_fused_clip_norm`` and ``use_flash_attention`` / `
 * :func:`use_fused_sdpa`: a model's ``torch.nn.functional.scaled_dot_product_attention`` calls (transformers' SDPA
   attention makes them) run the SDK's ``FusedSDPA`` kernel, with its recompute and causal options.
 
-Each refuses, naming the argument, where the SDK lacks the feature (a first-generation Gaudi for fused attention, an
-optimizer the SDK does not fuse, value clipping). All SDK access goes through :mod:`lightning_accel.habana.sdk`.
+Each refuses, naming the argument, where the SDK lacks the feature (an optimizer the SDK does not fuse, value
+clipping, a softmax mode FusedSDPA lacks). All SDK access goes through :mod:`lightning_accel.habana.sdk`.
 
 Example:
     >>> import torch
@@ -138,11 +138,6 @@ def fused_clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max
     return norm
 
 
-def _first_generation() -> bool:
-    htexp = sdk.experimental_utils_module()
-    return bool(htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi)
-
-
 #: The SDK's FusedSDPA (an autograd.Function), found by the check that precedes every use of it.
 _fused_sdpa_kernel: Any = None
 
@@ -161,15 +156,10 @@ def _check_sdpa_options(recompute: bool | None, causal: bool, softmax_mode: str)
 
 
 # Under torch.compile this runs once, on the host while Dynamo traces, and leaves nothing in the graph: the SDK's
-# lookups and the generation query are not traceable, and need not be.
+# lookups are not traceable, and need not be.
 @torch.compiler.assume_constant_result
 def _find_fused_sdpa() -> None:
     global _fused_sdpa_kernel
-    if _first_generation():
-        raise ConfigurationError(
-            f"use_fused_sdpa needs the fused attention kernel of Gaudi2 or later; this HPU is {sdk.generation()}. "
-            "Leave use_fused_sdpa out on a first-generation Gaudi: torch's scaled_dot_product_attention runs there."
-        )
     _fused_sdpa_kernel = sdk.fused_kernels_module().FusedSDPA
 
 
@@ -200,8 +190,8 @@ def fused_sdpa(
         softmax_mode: ``"None"`` or ``"fast"``.
 
     Raises:
-        ConfigurationError: For a ``softmax_mode`` the SDK lacks, ``"fast"`` in recompute training without
-            causal attention, or a first-generation Gaudi.
+        ConfigurationError: For a ``softmax_mode`` the SDK lacks, or ``"fast"`` in recompute training without
+            causal attention.
 
     Example:
         >>> from lightning_accel.habana.fused import fused_sdpa
@@ -321,8 +311,7 @@ def use_fused_sdpa(
         A handle; ``remove()`` (or its ``with`` block) restores torch's SDPA for the model.
 
     Raises:
-        ConfigurationError: For an option the SDK's FusedSDPA lacks (each named with what is accepted), or a
-            first-generation Gaudi.
+        ConfigurationError: For an option the SDK's FusedSDPA lacks (each named with what is accepted).
 
     Example:
         >>> from lightning_accel.habana.fused import use_fused_sdpa

@@ -59,12 +59,9 @@ __all__ = [
     "device_type",
     "disable_casts",
     "distributed_backend",
-    "experimental_utils_module",
-    "float16_supported",
     "fused_kernels_module",
     "fused_normalization_module",
     "fused_optimizers_module",
-    "generation",
     "hccl_module",
     "hpu_module",
     "ht_module",
@@ -154,15 +151,6 @@ def hccl_module() -> ModuleType:
     return _module("distributed.hccl")
 
 
-def experimental_utils_module() -> ModuleType:
-    """``habana_frameworks.torch.utils.experimental``: ``_get_device_type()`` and ``synDeviceType``.
-
-    ``_get_device_type()`` counts the devices of each generation without acquiring one (bridge 1.19.0,
-    ``backend/synapse_helpers/device.cpp:573-590``), so it may be asked before the strategy sets ``HLS_MODULE_ID``.
-    """
-    return _module("utils.experimental")
-
-
 def compile_backend_module() -> ModuleType:
     """``habana_frameworks.torch.dynamo.compile_backend``; importing it registers ``hpu_backend``."""
     return _module("dynamo.compile_backend")
@@ -205,24 +193,6 @@ def fused_normalization_module() -> ModuleType:
 def fused_kernels_module() -> ModuleType:
     """``habana_frameworks.torch.hpex.kernels``: ``FusedSDPA`` (fused scaled-dot-product attention)."""
     return _module("hpex.kernels")
-
-
-def generation() -> str:
-    """The Gaudi generation of the machine's HPUs, e.g. ``"synDeviceGaudi2"``, found without opening a card.
-
-    ``hpu.get_device_name()`` opens one (``_lazy_init``, gaudi-pytorch-bridge 1.19.0 ``hpu/__init__.py:121-142``):
-    before the strategy has set ``HLS_MODULE_ID`` that takes "any free card by type", and the launcher process keeps
-    it. The SDK's ``utils.experimental._get_device_type()`` asks Synapse for the device type only ("This call can be
-    made prior to device acquire", ``backend/synapse_helpers/device.cpp:573-589``); DeepSpeed's HPU accelerator asks it
-    too. lightning-Habana used ``hl-smi -L`` for the same reason (PR 232).
-    """
-    device_type = _module("utils.experimental")._get_device_type()
-    return str(getattr(device_type, "name", device_type))
-
-
-def float16_supported() -> bool:
-    """Whether the HPUs compute in float16 (Gaudi2 and later), found without opening a card (see :func:`generation`)."""
-    return bool(_module("utils.experimental")._is_fp16_supported())
 
 
 def autocast(dtype: torch.dtype) -> AbstractContextManager[Any]:

@@ -20,7 +20,7 @@ class HPUFSDPPrecision(HPUFSDPPrecisionRules, FSDPPrecision):  # type: ignore[mi
 
     Raises:
         ConfigurationError: For another precision or device, fp8 arguments, a scaler with a precision other than
-            ``"16-mixed"``, or ``"16-mixed"`` on a first-generation Gaudi.
+            ``"16-mixed"``.
 
     Example:
         >>> from lightning.fabric import Fabric
