@@ -1,0 +1,559 @@
+"""The optimum-habana importer: every field mapped or refused, the docs' table, and a run on the emulated HPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lightning_accel.core.errors import ConfigurationError
+from lightning_accel.habana.optimum import FIELDS, OptimumImport, import_optimum_habana
+from lightning_accel.habana.optimum._table import docs_block
+
+DATA = Path(__file__).parent / "data" / "optimum"
+REPO = Path(__file__).resolve().parents[3]
+PUBLISHED = sorted(DATA.glob("habana-*.gaudi_config.json"))
+PUBLISHED = [p for p in PUBLISHED if "pre-1.9" not in p.name]
+
+Check = Callable[[OptimumImport], bool]
+
+# field -> (value, other fields it needs, what the result then shows). Each mapped field must change the result.
+MAPPED: dict[str, tuple[Any, dict[str, Any], Check]] = {
+    # GaudiConfig
+    "use_torch_autocast": (True, {}, lambda r: r.precision == "bf16-mixed"),
+    "autocast_bf16_ops": (["linear"], {"use_torch_autocast": True}, lambda r: r.autocast_bf16_ops == ("linear",)),
+    "autocast_fp32_ops": (["softmax"], {"use_torch_autocast": True}, lambda r: r.autocast_fp32_ops == ("softmax",)),
+    "use_fused_adam": (True, {}, lambda r: r.optimizer["fused"]),
+    "use_fused_clip_norm": (True, {}, lambda r: r.fused_clip_norm),
+    # GaudiTrainingArguments
+    "output_dir": ("out", {}, lambda r: r.trainer.get("default_root_dir") == "out"),
+    "eval_strategy": (
+        "epoch",
+        {},
+        lambda r: r.trainer.get("check_val_every_n_epoch") == 1 and r.validate_in_fit,
+    ),
+    "per_device_train_batch_size": (3, {}, lambda r: r.dataloaders["train"]["batch_size"] == 3),
+    "per_device_eval_batch_size": (3, {}, lambda r: r.dataloaders["eval"]["batch_size"] == 3),
+    "per_gpu_train_batch_size": (5, {}, lambda r: r.dataloaders["train"]["batch_size"] == 5),
+    "per_gpu_eval_batch_size": (5, {}, lambda r: r.dataloaders["eval"]["batch_size"] == 5),
+    "gradient_accumulation_steps": (4, {}, lambda r: r.trainer["accumulate_grad_batches"] == 4),
+    "learning_rate": (1e-3, {}, lambda r: r.optimizer["lr"] == 1e-3),
+    "weight_decay": (0.1, {}, lambda r: r.optimizer["weight_decay"] == 0.1),
+    "adam_beta1": (0.8, {}, lambda r: r.optimizer["betas"][0] == 0.8),
+    "adam_beta2": (0.99, {}, lambda r: r.optimizer["betas"][1] == 0.99),
+    "adam_epsilon": (1e-8, {}, lambda r: r.optimizer["eps"] == 1e-8),
+    "max_grad_norm": (0.0, {}, lambda r: r.trainer["gradient_clip_val"] is None),
+    "num_train_epochs": (5, {}, lambda r: r.trainer["max_epochs"] == 5),
+    "max_steps": (7, {}, lambda r: r.trainer.get("max_steps") == 7 and r.trainer["max_epochs"] == -1),
+    "lr_scheduler_type": ("cosine", {}, lambda r: r.scheduler["name"] == "cosine"),
+    "warmup_ratio": (0.1, {}, lambda r: r.scheduler["warmup_ratio"] == 0.1),
+    "warmup_steps": (10, {}, lambda r: r.scheduler["warmup_steps"] == 10),
+    "logging_dir": ("logs", {"report_to": "tensorboard"}, lambda r: r.logger == ("tensorboard", "logs")),
+    "logging_strategy": ("no", {}, lambda r: r.logger == "off"),
+    "logging_steps": (10, {}, lambda r: r.trainer["log_every_n_steps"] == 10),
+    "save_strategy": ("no", {}, lambda r: r.checkpoint is None),
+    "save_steps": (20, {}, lambda r: r.checkpoint is not None and r.checkpoint["every_n_train_steps"] == 20),
+    "save_total_limit": (2, {}, lambda r: r.checkpoint is not None and r.checkpoint["save_top_k"] == 2),
+    "save_only_model": (True, {}, lambda r: r.checkpoint is not None and r.checkpoint["save_weights_only"]),
+    "seed": (7, {}, lambda r: r.seed == 7),
+    "bf16": (True, {}, lambda r: r.precision == "bf16-mixed"),
+    "dataloader_drop_last": (True, {}, lambda r: r.dataloaders["train"]["drop_last"]),
+    "eval_steps": (30, {"eval_strategy": "steps"}, lambda r: r.trainer.get("val_check_interval") == 30),
+    "dataloader_num_workers": (2, {}, lambda r: r.dataloaders["train"]["num_workers"] == 2),
+    "dataloader_prefetch_factor": (
+        4,
+        {"dataloader_num_workers": 2},
+        lambda r: r.dataloaders["train"].get("prefetch_factor") == 4,
+    ),
+    "disable_tqdm": (True, {}, lambda r: r.trainer.get("enable_progress_bar") is False),
+    "metric_for_best_model": (
+        "eval_loss",
+        {},
+        lambda r: (
+            r.checkpoint is not None and (r.checkpoint.get("monitor"), r.checkpoint.get("mode")) == ("eval_loss", "min")
+        ),
+    ),
+    "greater_is_better": (
+        True,
+        {"metric_for_best_model": "eval_loss"},
+        lambda r: r.checkpoint is not None and r.checkpoint["mode"] == "max",
+    ),
+    "fsdp": ("shard_grad_op", {}, lambda r: r.strategy == ("fsdp", {"sharding_strategy": "SHARD_GRAD_OP"})),
+    "deepspeed": ({"zero_optimization": {"stage": 2}}, {}, lambda r: r.strategy[0] == "deepspeed"),
+    "optim": ("sgd", {}, lambda r: r.optimizer["name"] == "sgd"),
+    "report_to": ("none", {}, lambda r: r.logger == "off"),
+    "ddp_find_unused_parameters": (True, {}, lambda r: r.strategy[1]["find_unused_parameters"] is True),
+    "ddp_bucket_cap_mb": (100, {}, lambda r: r.strategy[1]["bucket_cap_mb"] == 100),
+    "ddp_broadcast_buffers": (False, {}, lambda r: r.strategy[1].get("broadcast_buffers") is False),
+    "dataloader_pin_memory": (False, {}, lambda r: r.dataloaders["eval"]["pin_memory"] is False),
+    "dataloader_persistent_workers": (
+        True,
+        {"dataloader_num_workers": 2},
+        lambda r: r.dataloaders["train"].get("persistent_workers") is True,
+    ),
+    "gradient_checkpointing": (True, {}, lambda r: "gradient_checkpointing" in r.model_setup),
+    "gradient_checkpointing_kwargs": (
+        {"use_reentrant": False},
+        {"gradient_checkpointing": True},
+        lambda r: r.model_setup["gradient_checkpointing"] == {"use_reentrant": False},
+    ),
+    "full_determinism": (True, {}, lambda r: r.trainer.get("deterministic") is True),
+    "ddp_timeout": (60, {}, lambda r: r.strategy[1]["timeout"] == timedelta(seconds=60)),
+    "torch_compile": (True, {}, lambda r: r.compile is not None and not r.lazy_mode),
+    "include_tokens_per_second": (True, {}, lambda r: r.tokens_per_second),
+    "gaudi_config_name": (
+        str(DATA / "habana-gpt2.reconstructed.gaudi_config.json"),
+        {},
+        lambda r: r.precision == "bf16-mixed" and r.optimizer["fused"],
+    ),
+    "use_lazy_mode": (False, {}, lambda r: r.environment["PT_HPU_LAZY_MODE"] == "0"),
+    "use_hpu_graphs": (
+        True,
+        {},
+        lambda r: r.graphs is not None and r.graphs["stages"] == ("validate", "test", "predict"),
+    ),
+    "use_hpu_graphs_for_inference": (True, {}, lambda r: r.graphs is not None and "predict" in r.graphs["stages"]),
+    "use_hpu_graphs_for_training": (True, {}, lambda r: r.graphs is not None and r.graphs["stages"] == ("fit",)),
+    "use_compiled_autograd": (True, {"torch_compile": True}, lambda r: r.compile["compiled_autograd"]),
+    "compile_from_sec_iteration": (True, {"torch_compile": True}, lambda r: r.compile["from_step"] == 1),
+    "compile_dynamic": (False, {"torch_compile": True}, lambda r: r.compile["dynamic"] is False),
+    "use_regional_compilation": (True, {"torch_compile": True}, lambda r: r.compile["regions"]),
+    "max_hpu_graphs": (
+        3,
+        {"use_hpu_graphs_for_training": True},
+        lambda r: r.graphs is not None and r.graphs["max_graphs"] == 3,
+    ),
+    "profiling_warmup_steps": (2, {"profiling_steps": 1}, lambda r: r.profiler["warmup"] == 2),
+    "profiling_steps": (3, {}, lambda r: r.profiler is not None and r.profiler["active"] == 3),
+    "profiling_record_shapes": (False, {"profiling_steps": 1}, lambda r: r.profiler["record_shapes"] is False),
+    "profiling_with_stack": (True, {"profiling_steps": 1}, lambda r: r.profiler["with_stack"] is True),
+    "attn_implementation": ("sdpa", {}, lambda r: r.model_kwargs["attn_implementation"] == "sdpa"),
+    "flash_attention_recompute": (
+        True,
+        {"attn_implementation": "gaudi_fused_sdpa"},
+        lambda r: r.model_setup["fused_sdpa"]["recompute"] is True,
+    ),
+    "flash_attention_fast_softmax": (
+        True,
+        {"attn_implementation": "gaudi_fused_sdpa"},
+        lambda r: r.model_setup["fused_sdpa"]["softmax_mode"] == "fast",
+    ),
+    "flash_attention_causal_mask": (
+        True,
+        {"attn_implementation": "gaudi_fused_sdpa"},
+        lambda r: r.model_setup["fused_sdpa"]["causal"] is True,
+    ),
+    "fp8": (True, {}, lambda r: r.precision == "fp8" and "fp8" in r.model_setup),
+}
+
+
+def _import(source: str, fields: dict[str, Any], tmp_path: Path) -> OptimumImport:
+    if source == "GaudiConfig":
+        return import_optimum_habana(fields, {}, workdir=tmp_path)
+    return import_optimum_habana(None, fields, workdir=tmp_path)
+
+
+def _source(name: str) -> str:
+    return "GaudiConfig" if name in FIELDS["GaudiConfig"] else "GaudiTrainingArguments"
+
+
+def test_every_mapped_field_has_a_behaviour_test() -> None:
+    mapped = {n for table in FIELDS.values() for n, row in table.items() if row.action == "mapped"}
+    assert mapped == set(MAPPED)
+
+
+@pytest.mark.parametrize("name", sorted(MAPPED))
+def test_mapped_field_changes_the_import(name: str, tmp_path: Path) -> None:
+    value, needs, shows = MAPPED[name]
+    source = _source(name)
+    without = _import(source, dict(needs), tmp_path)
+    with_field = _import(source, {**needs, name: value}, tmp_path)
+    assert shows(with_field)
+    assert not shows(without)
+
+
+def _other_value(default: Any) -> Any:
+    if default is False:
+        return True
+    if default is True:
+        return False
+    if isinstance(default, int) and not isinstance(default, bool):
+        return default + 2
+    if isinstance(default, float):
+        return default + 0.5
+    return "bogus"
+
+
+REFUSED = sorted(
+    (row.source, name) for table in FIELDS.values() for name, row in table.items() if row.action == "refused"
+)
+
+
+@pytest.mark.parametrize(("source", "name"), REFUSED)
+def test_refused_field_stops_the_import_with_its_reason(source: str, name: str, tmp_path: Path) -> None:
+    row = FIELDS[source][name]
+    value = _other_value(row.default)
+    assert not row.accepted(value)
+    with pytest.raises(ConfigurationError) as raised:
+        _import(source, {name: value}, tmp_path)
+    assert f"  {name}={value!r}: {row.reason} (accepted: the default, {row.default!r})" in str(raised.value)
+    # The default itself requests nothing.
+    _import(source, {name: row.default}, tmp_path)
+
+
+def test_refusals_are_listed_together() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        import_optimum_habana(None, {"pipelining_fwd_bwd": True, "distribution_strategy": "fast_ddp"})
+    assert str(raised.value) == (
+        "training_args: these settings have no lightning-accel equivalent and are refused rather than dropped:\n"
+        "  pipelining_fwd_bwd=True: not supported yet (issue 46) (accepted: the default, False)\n"
+        "  distribution_strategy='fast_ddp': 'fast_ddp' is not supported yet (issue 46) (accepted: the default, "
+        "'ddp')\n"
+        "Remove them (or set them to their default) to import the rest."
+    )
+
+
+def test_unknown_field_is_refused_naming_the_accepted_ones() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        import_optimum_habana({"use_fused_adamw": True})
+    assert str(raised.value) == (
+        "gaudi_config: unknown field(s) 'use_fused_adamw' (did you mean 'use_fused_adam'?): not a field of "
+        "optimum-habana 1.21's GaudiConfig. Accepted: autocast_bf16_ops, autocast_fp32_ops, hmp_bf16_ops, "
+        "hmp_fp32_ops, hmp_is_verbose, hmp_opt_level, optimum_version, transformers_version, use_dynamic_shapes, "
+        "use_fused_adam, use_fused_clip_norm, use_habana_mixed_precision, use_torch_autocast."
+    )
+    with pytest.raises(ConfigurationError, match=r"unknown field\(s\) 'learning_rat' \(did you mean 'learning_rate'"):
+        import_optimum_habana(None, {"learning_rat": 1e-3})
+
+
+def test_the_docs_table_is_the_importers_table() -> None:
+    docs = (REPO / "docs" / "migration.md").read_text(encoding="utf-8")
+    assert docs_block() in docs
+    for table in FIELDS.values():
+        for row in table.values():
+            assert row.target if row.action == "mapped" else row.reason, row.name
+
+
+def test_the_table_has_every_field_of_optimum_habana_1_21() -> None:
+    # GaudiConfig's six fields, the five pre-1.9 HMP names and the two version stamps; GaudiTrainingArguments'
+    # 43 fields on top of transformers 4.55's 130 init fields (six of them overridden).
+    assert len(FIELDS["GaudiConfig"]) == 13
+    assert len(FIELDS["GaudiTrainingArguments"]) == 167
+    assert list(FIELDS["GaudiTrainingArguments"])[-1] == "fp8"
+
+
+@pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.name.split(".")[0])
+def test_published_configs_import(path: Path, tmp_path: Path) -> None:
+    run = import_optimum_habana(path, {"output_dir": str(tmp_path)})
+    assert (run.precision, run.optimizer["fused"], run.fused_clip_norm) == ("bf16-mixed", True, True)
+
+
+def test_pre_1_9_hmp_config_is_refused_with_the_fix() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        import_optimum_habana(DATA / "habana-gpt2.pre-1.9-hmp.reconstructed.gaudi_config.json")
+    assert "use_habana_mixed_precision=True: Habana Mixed Precision was removed from the SDK" in str(raised.value)
+    assert "For mixed precision set use_torch_autocast: true" in str(raised.value)
+    # With HMP off, the old fields are inert on both sides.
+    run = import_optimum_habana({"use_habana_mixed_precision": False, "hmp_bf16_ops": ["iadd"], "hmp_opt_level": "O2"})
+    assert run.precision == "32-true"
+
+
+def test_inputs_as_dict_file_folder_and_objects(tmp_path: Path) -> None:
+    class IntervalStrategy(enum.Enum):
+        EPOCH = "epoch"
+
+    @dataclasses.dataclass
+    class GaudiTrainingArguments:  # stands for optimum-habana's, whose fields are init fields of a dataclass
+        output_dir: str = "out"
+        eval_strategy: Any = IntervalStrategy.EPOCH
+        learning_rate: float = 1e-3
+        _n_gpu: int = dataclasses.field(default=1, init=False)
+
+    class GaudiConfig:  # keeps its fields as attributes
+        def __init__(self) -> None:
+            self.use_torch_autocast = True
+            self.use_fused_adam = True
+            self._private = "bookkeeping"
+
+    run = import_optimum_habana(GaudiConfig(), GaudiTrainingArguments(), workdir=tmp_path)
+    assert run.precision == "bf16-mixed" and run.optimizer["fused"] and run.optimizer["lr"] == 1e-3
+    assert run.trainer["check_val_every_n_epoch"] == 1
+
+    (tmp_path / "gaudi_config.json").write_text(json.dumps({"use_fused_clip_norm": True}))
+    (tmp_path / "args.json").write_text(json.dumps({"max_steps": 3}))
+    run = import_optimum_habana(tmp_path, tmp_path / "args.json")
+    assert run.fused_clip_norm and run.trainer["max_steps"] == 3
+
+    with pytest.raises(ConfigurationError, match="no such file"):
+        import_optimum_habana(tmp_path / "missing.json")
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(ConfigurationError, match="holds a JSON list, not an object"):
+        import_optimum_habana(None, tmp_path / "list.json")
+    with pytest.raises(ConfigurationError) as raised:
+        import_optimum_habana(None, {"gaudi_config_name": "Habana/gpt2"})
+    assert str(raised.value).startswith(
+        "gaudi_config_name='Habana/gpt2' is no local file or folder, and the importer downloads nothing."
+    )
+
+
+def test_combinations_that_would_do_nothing_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="use_regional_compilation set without torch_compile=True"):
+        import_optimum_habana(None, {"use_regional_compilation": True})
+    with pytest.raises(ConfigurationError, match="autocast_bf16_ops is given but nothing turns on mixed precision"):
+        import_optimum_habana({"autocast_bf16_ops": ["linear"]})
+    with pytest.raises(ConfigurationError, match="HPU graphs need lazy mode"):
+        import_optimum_habana(None, {"use_lazy_mode": False, "use_hpu_graphs_for_inference": True})
+    with pytest.raises(ConfigurationError, match="HPUGraphs and HPUCompile are not combined"):
+        import_optimum_habana(None, {"torch_compile": True, "use_hpu_graphs_for_training": True})
+    with pytest.raises(ConfigurationError, match="flash_attention_causal_mask need attn_implementation"):
+        import_optimum_habana(None, {"flash_attention_causal_mask": True})
+
+
+def test_scheduler_follows_the_hugging_face_shapes(tmp_path: Path) -> None:
+    import torch
+    from lightning.pytorch import LightningModule
+
+    class Module(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2)
+            self.norm = torch.nn.LayerNorm(2)
+
+    class FakeTrainer:
+        estimated_stepping_batches = 10
+
+    module = Module()
+    module.trainer = FakeTrainer()  # type: ignore[assignment]
+    run = import_optimum_habana(None, {"warmup_steps": 2, "weight_decay": 0.1}, workdir=tmp_path)
+    configured = run.configure_optimizers(module)
+    optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
+    assert [len(g["params"]) for g in optimizer.param_groups] == [1, 3]  # only the Linear weight decays
+    factors = []
+    for _ in range(10):
+        factors.append(scheduler.get_last_lr()[0] / 5e-5)
+        optimizer.step()
+        scheduler.step()
+    assert factors[:3] == pytest.approx([0.0, 0.5, 1.0])
+    assert factors[-1] == pytest.approx(1 / 8)
+
+
+def test_operator_lists_reach_the_precision_plugin(tmp_path: Path) -> None:
+    # The SDK reads the list files once, when it loads (at `import torch` in eager mode): the documented flow is to
+    # start the run's process with run.environment (run.export_lines()), as here.
+    config = DATA / "autocast-lists.gaudi_config.json"
+    arguments = {"use_lazy_mode": False}
+    run = import_optimum_habana(config, arguments, workdir=tmp_path)
+    lists = tmp_path.resolve() / "lightning_accel_autocast"
+    assert run.export_lines().splitlines() == [
+        "export PT_HPU_LAZY_MODE=0",
+        f"export PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST={lists}/autocast_bf16_ops.txt",
+        f"export PT_HPU_AUTOCAST_FP32_OPS_LIST={lists}/autocast_fp32_ops.txt",
+    ]
+    assert (tmp_path / "lightning_accel_autocast" / "autocast_fp32_ops.txt").read_text() == (
+        "embedding\nnll_loss\nlog_softmax\n"
+    )
+    script = textwrap.dedent(
+        f"""
+        from lightning_accel.habana.optimum import import_optimum_habana
+        run = import_optimum_habana({str(config)!r}, {arguments!r}, workdir={str(tmp_path)!r})
+        plugin = run.precision_plugin()
+        print(plugin.precision, sorted(plugin.lower_ops), sorted(plugin.fp32_ops), plugin.fused_clip_norm)
+        """
+    )
+    env = {**os.environ, **run.environment, "LIGHTNING_ACCEL_EMULATE": "hpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, check=False, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "bf16-mixed ['addmm', 'bmm', 'linear', 'matmul', 'mm', 'softmax'] ['embedding', 'log_softmax', 'nll_loss'] "
+        "True",
+    ]
+
+
+def test_trainer_kwargs_refuse_the_other_sdk_mode(eager_mode: None, tmp_path: Path) -> None:
+    run = import_optimum_habana(DATA / "habana-gpt2.reconstructed.gaudi_config.json", {"output_dir": str(tmp_path)})
+    with pytest.raises(ConfigurationError) as raised:
+        run.trainer_kwargs()
+    assert str(raised.value) == (
+        "The imported run needs the SDK's lazy mode (use_lazy_mode=True (optimum-habana's default) and no "
+        "torch_compile), but the SDK loaded in eager mode. The mode is chosen when the SDK loads: start the process "
+        "with\n    export PT_HPU_LAZY_MODE=1\nor change use_lazy_mode in the training arguments."
+    )
+
+
+def _tiny_lm(run: OptimumImport) -> Any:
+    import torch
+    from lightning.pytorch import LightningModule
+
+    class TinyLM(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(32, 16)
+            self.head = torch.nn.Linear(16, 32)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.head(self.embed(tokens))
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            (tokens,) = batch
+            logits = self(tokens[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 32), tokens[:, 1:].reshape(-1))
+            self.losses.append(loss.item())
+            return loss
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.validated += 1
+
+        def configure_optimizers(self) -> Any:
+            return run.configure_optimizers(self)
+
+    module = TinyLM()
+    module.losses = []  # type: ignore[assignment]
+    module.validated = 0  # type: ignore[assignment]
+    return module
+
+
+def _tokens() -> Any:
+    import torch
+    from torch.utils.data import TensorDataset
+
+    generator = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randint(0, 32, (32, 9), generator=generator))
+
+
+def test_gpt2_config_and_arguments_fit_two_steps(lazy_mode: None, tmp_path: Path) -> None:
+    from lightning.pytorch import Trainer
+    from torch.utils.data import DataLoader
+
+    from lightning_accel.habana import HPUGraphs, HPUPrecisionPlugin
+
+    arguments = {
+        "output_dir": str(tmp_path),
+        "use_habana": True,
+        "use_lazy_mode": True,
+        "use_hpu_graphs_for_inference": True,
+        "per_device_train_batch_size": 4,
+        "per_device_eval_batch_size": 4,
+        "learning_rate": 1e-2,
+        "max_steps": 2,
+        "save_strategy": "no",
+        "report_to": "none",
+        "disable_tqdm": True,
+    }
+    run = import_optimum_habana(DATA / "habana-gpt2.reconstructed.gaudi_config.json", arguments)
+    trainer = Trainer(**run.trainer_kwargs(batch_size_fn=lambda batch: batch[0].shape[0]))
+    module = _tiny_lm(run)
+    val_loader = DataLoader(_tokens(), **run.dataloader_kwargs("eval"))
+    trainer.fit(module, DataLoader(_tokens(), **run.dataloader_kwargs("train")), val_loader)
+
+    assert trainer.global_step == 2 and len(module.losses) == 2
+    assert module.validated == 0  # eval_strategy "no" (the default): no validation inside fit, no sanity check
+    trainer.validate(module, val_loader)  # --do_eval
+    assert module.validated == 8  # 32 samples, per_device_eval_batch_size 4
+    plugin = trainer.precision_plugin
+    assert isinstance(plugin, HPUPrecisionPlugin) and plugin.precision == "bf16-mixed" and plugin.fused_clip_norm
+    assert type(trainer.optimizers[0]).__name__ == "FusedAdamW"
+    assert any(isinstance(c, HPUGraphs) and c.stages == ("validate", "test", "predict") for c in trainer.callbacks)
+    assert trainer.gradient_clip_val == 1.0 and trainer.max_epochs == -1
+
+
+@pytest.mark.filterwarnings("ignore::jsonargparse._deprecated.JsonargparseDeprecationWarning")
+def test_lightning_cli_takes_the_files(tmp_path: Path) -> None:
+    import torch
+    from lightning.pytorch import LightningModule
+
+    from lightning_accel.habana import HPUPrecisionPlugin
+    from lightning_accel.habana.optimum import OptimumHabanaCLI
+
+    class Model(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2)
+
+    args = tmp_path / "training_args.json"
+    args.write_text(json.dumps({"use_lazy_mode": False, "max_steps": 5, "gradient_accumulation_steps": 2}))
+    cli = OptimumHabanaCLI(
+        Model,
+        run=False,
+        args=[
+            "--optimum.gaudi_config",
+            str(DATA / "habana-gpt2.reconstructed.gaudi_config.json"),
+            "--optimum.training_args",
+            str(args),
+            "--trainer.accumulate_grad_batches",
+            "3",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+    )
+    assert cli.optimum is not None and cli.optimum.optimizer["fused"]
+    assert cli.trainer.max_steps == 5  # from the import
+    assert cli.trainer.accumulate_grad_batches == 3  # the command line wins
+    assert isinstance(cli.trainer.precision_plugin, HPUPrecisionPlugin)
+    assert cli.trainer.precision_plugin.fused_clip_norm
+    assert len(cli.trainer.checkpoint_callbacks) == 1  # the imported one (every 500 steps), not beside the default
+
+
+def test_every_field_at_its_default_requests_nothing(tmp_path: Path) -> None:
+    # What GaudiTrainingArguments.to_dict() gives for an untouched run: every field, each at its default.
+    every = {
+        source: {name: row.default for name, row in FIELDS[source].items()}
+        for source in ("GaudiConfig", "GaudiTrainingArguments")
+    }
+    full = import_optimum_habana(every["GaudiConfig"], every["GaudiTrainingArguments"], workdir=tmp_path)
+    empty = import_optimum_habana({}, {}, workdir=tmp_path)
+    assert dataclasses.replace(full, given={}) == dataclasses.replace(empty, given={})
+
+
+def test_trainer_kwargs_build_the_pieces(eager_mode: None, tmp_path: Path) -> None:
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lightning_accel.habana import HPUCompile, HPUCompileMetrics, HPUParallelStrategy, HPUProfiler
+
+    arguments = {
+        "output_dir": str(tmp_path),
+        "torch_compile": True,
+        "use_regional_compilation": True,
+        "compile_from_sec_iteration": True,
+        "profiling_steps": 2,
+        "save_total_limit": 2,
+        "report_to": "none",
+    }
+    run = import_optimum_habana(DATA / "habana-llama.reconstructed.gaudi_config.json", arguments)
+    trainer = Trainer(**run.trainer_kwargs(devices=2))
+    compiled = [c for c in trainer.callbacks if isinstance(c, HPUCompile)]
+    assert len(compiled) == 1 and compiled[0].regions and compiled[0].from_step == 1
+    assert any(isinstance(c, HPUCompileMetrics) for c in trainer.callbacks)
+    (checkpoint,) = [c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)]
+    assert (checkpoint.dirpath, checkpoint.save_top_k, checkpoint.monitor) == (str(tmp_path), 2, "step")
+    assert isinstance(trainer.profiler, HPUProfiler)
+    assert trainer.logger is None
+    assert isinstance(trainer.strategy, HPUParallelStrategy)
+
+
+def test_model_settings_refuse_a_model_never_prepared(eager_mode: None, tmp_path: Path) -> None:
+    from lightning.pytorch import Trainer
+    from torch.utils.data import DataLoader
+
+    arguments = {"use_lazy_mode": False, "gradient_checkpointing": True, "max_steps": 1, "output_dir": str(tmp_path)}
+    run = import_optimum_habana(None, arguments)
+    module = _tiny_lm(run)
+    with pytest.raises(ConfigurationError, match="TinyLM has no gradient_checkpointing_enable"):
+        run.prepare_model(module)
+    trainer = Trainer(**run.trainer_kwargs(), enable_progress_bar=False, logger=False)
+    with pytest.raises(ConfigurationError) as raised:
+        trainer.fit(module, DataLoader(_tokens(), batch_size=4))
+    assert str(raised.value).startswith(
+        "The imported arguments ask for gradient_checkpointing on the model, but prepare_model(model) was not called"
+    )
