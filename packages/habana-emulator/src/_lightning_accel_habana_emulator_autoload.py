@@ -52,9 +52,33 @@ def load_emulated_sdk() -> None:
     except Exception as exc:  # a failing backend entry point would make `import torch` itself fail
         import warnings
 
+        _raise_at_first_use(exc)
         warnings.warn(
-            f"The emulated Habana SDK could not be loaded at `import torch` ({type(exc).__name__}: {exc}); it will be "
-            "loaded, and the error raised, where HPUs are first used.",
+            f"The emulated Habana SDK could not be loaded at `import torch` ({type(exc).__name__}: {exc}); the first "
+            'use of "hpu" (an HPU tensor, torch.hpu) raises this error, and `import habana_frameworks.torch` tries '
+            "the load again.",
             RuntimeWarning,
             stacklevel=2,
+        )
+
+
+def _raise_at_first_use(error: Exception) -> None:
+    """Make torch's first use of "hpu" raise ``error``, the failed load's, instead of "No module named 'torch.hpu'".
+
+    torch imports the module ``torch.hpu`` and calls its ``_lazy_init()`` before it makes the first "hpu" tensor: a
+    stand-in module there raises the error. It is only in ``sys.modules``, not the attribute ``torch.hpu``, so a later
+    load of the emulated SDK (``import habana_frameworks.torch``) registers the real module over it as usual.
+    """
+    import sys
+    import types
+
+    class _NotLoaded(types.ModuleType):
+        def __getattr__(self, name: str) -> object:
+            if name.startswith("__"):  # introspection (hasattr(module, "__path__") ...) sees a plain module
+                raise AttributeError(name)
+            raise error.with_traceback(None)
+
+    if "torch.hpu" not in sys.modules:
+        sys.modules["torch.hpu"] = _NotLoaded(
+            "torch.hpu", f"The emulated Habana SDK failed to load at `import torch`: {type(error).__name__}: {error}"
         )

@@ -11,8 +11,10 @@ reference out-of-tree device (``torch_openreg``):
 - ``csrc/module.cpp``: what the emulated SDK's Python modules read (memory statistics, the default generator) and the
   listeners they set (the operators Gaudi runs on its CPU fallback, lazy mode's graphs).
 
-It is compiled on first use and cached (:func:`load`, :func:`cache_dir`). It depends on nothing above it: the
-emulated SDK modules use it, never the other way round.
+It is compiled on first use and cached (:func:`load`, :func:`cache_dir`), one process at a time under a lock the
+system releases if the builder dies, in a fresh folder renamed into place when whole, with one progress line per unit;
+every failure is a :class:`DeviceBuildError`. It depends on nothing above it: the emulated SDK modules use it, never
+the other way round.
 
 Example:
     >>> from lightning_accel import emulated_hpu
