@@ -24,6 +24,8 @@ from lightning_accel import emulated_hpu
 from lightning_accel.core.emulation import EMULATE_BACKEND_VAR, emulation_settings
 from lightning_accel.core.errors import ConfigurationError
 
+from . import _device_memory, _generation
+
 __all__ = [
     "INT64_SUPPORT_VAR",
     "adopt",
@@ -138,7 +140,9 @@ def install(hpu_module: ModuleType, lazy: bool) -> None:
     """Load the C++ device (building it on first use) and make ``hpu_module`` torch's device module ``torch.hpu``.
 
     Later calls do nothing. As on the SDK, float64 is computed with float32 precision in both modes, and int64 as
-    int32 in lazy mode unless ``PT_ENABLE_INT64_SUPPORT`` is set.
+    int32 in lazy mode unless ``PT_ENABLE_INT64_SUPPORT`` is set. The device gets the memory
+    ``LIGHTNING_ACCEL_EMULATE_HPU_MEMORY`` names (the emulated generation's when unset); an allocation past it fails
+    with the SDK's device out-of-memory error.
 
     Args:
         hpu_module: The emulated ``habana_frameworks.torch.hpu``, which becomes ``torch.hpu`` as on Gaudi.
@@ -147,7 +151,8 @@ def install(hpu_module: ModuleType, lazy: bool) -> None:
     Raises:
         RuntimeError: When ``torch.hpu`` is already another module (another Gaudi stack in this process).
         ConfigurationError: When ``LIGHTNING_ACCEL_EMULATE_BACKEND`` asks for a backing other than the host, or
-            this torch is built with another accelerator (CUDA, ROCm, XPU, MPS).
+            this torch is built with another accelerator (CUDA, ROCm, XPU, MPS), or
+            ``LIGHTNING_ACCEL_EMULATE_HPU_MEMORY`` names no device memory size.
         ValueError: When ``PT_ENABLE_INT64_SUPPORT`` is not a boolean.
         lightning_accel.emulated_hpu.DeviceBuildError: When the device cannot be built or loaded here.
     """
@@ -164,8 +169,11 @@ def install(hpu_module: ModuleType, lazy: bool) -> None:
         refuse_cuda_backing(emulation_settings().backend)
         refuse_other_accelerator(_built_accelerator())
         int64_as_int32 = _int64_as_int32(lazy)
+        # Read before the device builds, so that a bad size fails the load at once.
+        memory = _device_memory.load_device_memory(_generation.generation())
         loaded = emulated_hpu.load()
         loaded.set_internal_dtypes(float64_as_float32=True, int64_as_int32=int64_as_int32)
+        loaded.set_memory_limit(memory)
         if existing is None:
             torch._register_device_module("hpu", hpu_module)
         _register_convolution()

@@ -8,7 +8,7 @@ import torch
 from lightning.pytorch.accelerators import Accelerator
 from typing_extensions import override
 
-from . import _devices, sdk
+from . import _devices, _oom, sdk
 from ._accelerator_common import HPUDevices
 
 if TYPE_CHECKING:
@@ -36,9 +36,14 @@ class HPUAccelerator(HPUDevices, Accelerator):
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
-        """Make evaluation use ``torch.no_grad``: HPU graphs cannot run under ``torch.inference_mode``."""
+        """Make evaluation use ``torch.no_grad``, and Lightning recognise Gaudi's device out-of-memory error.
+
+        HPU graphs cannot run under ``torch.inference_mode``. Lightning's ``is_oom_error``, the batch-size finder's
+        test, knows CUDA's out-of-memory error only; it then also knows the SDK's (see ``_oom``).
+        """
         for loop in (trainer.validate_loop, trainer.test_loop, trainer.predict_loop):
             loop.inference_mode = False
+        _oom.recognise_hpu_out_of_memory(trainer)
 
     @staticmethod
     def is_fp8_available() -> tuple[bool, str]:

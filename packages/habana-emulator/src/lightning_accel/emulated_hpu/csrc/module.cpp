@@ -81,7 +81,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_peak_memory_stats", &lightning_accel::hpu::reset_peak_memory_stats,
         "Make the peak start again from the memory in use now.");
   m.def("set_memory_limit", &lightning_accel::hpu::set_memory_limit, pybind11::arg("bytes"),
-        "Bytes the device may hold before an allocation fails with torch.OutOfMemoryError (0: no limit).");
+        "Bytes the device may hold (0: no limit); an allocation past them fails as the SDK's does on a full card: a "
+        "RuntimeError '[Rank:<RANK>] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::<bytes> (<MiB>)MB'.");
   m.def("set_internal_dtypes", &lightning_accel::hpu::set_internal_dtypes, pybind11::arg("float64_as_float32"),
         pybind11::arg("int64_as_int32"),
         "What the SDK computes float64 and int64 in: float32 precision always, 32-bit int64 in lazy mode.");

@@ -3,7 +3,9 @@
 The keys and meanings follow the SDK's memory-stats API. The values come from the C++ device's allocator, which
 counts every byte of every HPU storage exactly (``lightning_accel.emulated_hpu``). Each storage is its own allocation
 (the emulator has no pool between the tensors and host memory), so the "system" counters equal the allocation
-counters. ``Limit`` is the limit set on the device, or the host's physical memory when none is set.
+counters. ``Limit`` is the device's memory, read when the SDK loads: ``LIGHTNING_ACCEL_EMULATE_HPU_MEMORY``, or the
+emulated generation's when unset (96 GiB on a Gaudi2, 128 GiB on a Gaudi3); an allocation past it fails with the SDK's
+out-of-memory error. (The host's physical memory only if the device's limit was set to 0, no limit.)
 """
 
 from __future__ import annotations

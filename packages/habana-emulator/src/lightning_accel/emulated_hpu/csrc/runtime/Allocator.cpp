@@ -6,7 +6,10 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <string>
 #include <mutex>
 #include <unordered_set>
 
@@ -22,15 +25,32 @@ struct Block {
   size_t nbytes;
 };
 
+// The rank the SDK's messages name: RANK from the environment, read once (Logger::get_rank in the bridge's
+// habana_helpers/logging.cpp); 0 without it.
+uint64_t rank() {
+  static const uint64_t value = [] {
+    const char* text = std::getenv("RANK");
+    if (text == nullptr) {
+      return uint64_t{0};
+    }
+    try {
+      return static_cast<uint64_t>(std::stoull(text));
+    } catch (const std::exception&) {
+      return uint64_t{0};  // the bridge's stoul would throw here; a bad RANK is not this allocation's failure
+    }
+  }();
+  return value;
+}
+
 void count_in(size_t nbytes) {
   std::lock_guard<std::mutex> lock(stats_mutex);
   const auto n = static_cast<int64_t>(nbytes);
   if (stats.limit > 0 && stats.in_use + n > stats.limit) {
-    const auto in_use = stats.in_use;
-    const auto limit = stats.limit;
-    // The caller's allocation fails as on a full card: torch.OutOfMemoryError, the usual type for a device OOM.
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "HPU out of memory (emulated device): tried to allocate ", n,
-                     " bytes with ", in_use, " of ", limit, " bytes in use.");
+    // A full card fails as the SDK's does (gaudi-pytorch-bridge bcc5172, device_memory.cpp, device_memory::pointer:
+    // PT_DEVMEM_FATAL, a c10::Error, so Python sees a RuntimeError, not torch.OutOfMemoryError), with its text:
+    // "[Rank:<RANK>] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::<bytes> (<MiB>)MB".
+    TORCH_CHECK(false, "[Rank:", rank(), "] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::", nbytes,
+                " (", static_cast<double>(nbytes) / (1024 * 1024), ")MB");
   }
   stats.in_use += n;
   stats.peak = std::max(stats.peak, stats.in_use);
