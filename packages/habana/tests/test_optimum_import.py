@@ -154,6 +154,12 @@ MAPPED: dict[str, tuple[Any, dict[str, Any], Check]] = {
         lambda r: r.model_setup["fused_sdpa"]["causal"] is True,
     ),
     "fp8": (True, {}, lambda r: r.precision == "fp8" and "fp8" in r.model_setup),
+    "cache_size_limit": (64, {"torch_compile": True}, lambda r: r.dynamo == {"cache_size_limit": 64}),
+    "inline_inbuilt_nn_modules": (False, {}, lambda r: r.dynamo == {"inline_inbuilt_nn_modules": False}),
+    "allow_unspec_int_on_nn_module": (True, {}, lambda r: r.dynamo == {"allow_unspec_int_on_nn_module": True}),
+    "pipelining_fwd_bwd": (True, {}, lambda r: r.pipelining),
+    "adjust_throughput": (True, {}, lambda r: r.adjust_throughput),
+    "sdp_on_bf16": (True, {}, lambda r: r.sdp_on_bf16),
 }
 
 
@@ -213,10 +219,10 @@ def test_refused_field_stops_the_import_with_its_reason(source: str, name: str, 
 
 def test_refusals_are_listed_together() -> None:
     with pytest.raises(ConfigurationError) as raised:
-        import_optimum_habana(None, {"pipelining_fwd_bwd": True, "distribution_strategy": "fast_ddp"})
+        import_optimum_habana(None, {"adafactor": True, "distribution_strategy": "fast_ddp"})
     assert str(raised.value) == (
         "training_args: these settings have no lightning-accel equivalent and are refused rather than dropped:\n"
-        "  pipelining_fwd_bwd=True: not supported yet (issue 46) (accepted: the default, False)\n"
+        "  adafactor=True: Adafactor is not supported yet (issue 46) (accepted: the default, False)\n"
         "  distribution_strategy='fast_ddp': 'fast_ddp' is not supported yet (issue 46) (accepted: the default, "
         "'ddp')\n"
         "Remove them (or set them to their default) to import the rest."
@@ -557,3 +563,46 @@ def test_model_settings_refuse_a_model_never_prepared(eager_mode: None, tmp_path
     assert str(raised.value).startswith(
         "The imported arguments ask for gradient_checkpointing on the model, but prepare_model(model) was not called"
     )
+
+
+def test_the_knobs_become_callbacks(lazy_mode: None, tmp_path: Path) -> None:
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.callbacks import ThroughputMonitor
+
+    from lightning_accel.habana.adjusted_throughput import AdjustedThroughputMonitor
+    from lightning_accel.habana.dynamo_settings import DynamoSettings
+    from lightning_accel.habana.lazy_steps import PipelineForwardBackward
+    from lightning_accel.habana.sdp_settings import SDPOnBF16
+
+    arguments = {
+        "output_dir": str(tmp_path),
+        "inline_inbuilt_nn_modules": True,
+        "allow_unspec_int_on_nn_module": True,
+        "pipelining_fwd_bwd": True,
+        "adjust_throughput": True,
+        "sdp_on_bf16": True,
+        "non_blocking_data_copy": True,
+        "report_to": "none",
+    }
+    run = import_optimum_habana(None, arguments)
+    with pytest.raises(ConfigurationError, match=r"adjust_throughput=True: pass trainer_kwargs\(batch_size_fn=...\)"):
+        run.trainer_kwargs()
+    trainer = Trainer(**run.trainer_kwargs(batch_size_fn=len))
+    kinds = {type(c) for c in trainer.callbacks}
+    assert {DynamoSettings, PipelineForwardBackward, SDPOnBF16, AdjustedThroughputMonitor} <= kinds
+    assert ThroughputMonitor not in kinds
+    (dynamo,) = [c for c in trainer.callbacks if isinstance(c, DynamoSettings)]
+    assert dynamo.settings == {"inline_inbuilt_nn_modules": True, "allow_unspec_int_on_nn_module": True}
+
+
+def test_knob_combinations_that_would_do_nothing_are_refused() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        import_optimum_habana(None, {"pipelining_fwd_bwd": True, "use_lazy_mode": False})
+    assert str(raised.value).startswith(
+        "training_args: pipelining_fwd_bwd=True with use_lazy_mode=False or torch_compile=True: it adds a lazy-mode "
+        "graph boundary"
+    )
+    with pytest.raises(ConfigurationError, match="cache_size_limit set without torch_compile=True"):
+        import_optimum_habana(None, {"cache_size_limit": 64})
+    with pytest.raises(ConfigurationError, match=r"training_args: DynamoSettings\(cache_size_limit=0\) is not"):
+        import_optimum_habana(None, {"cache_size_limit": 0, "torch_compile": True})

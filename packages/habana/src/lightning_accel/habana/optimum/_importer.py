@@ -155,6 +155,11 @@ class OptimumImport:
         model_setup: What :meth:`prepare_model` applies (gradient checkpointing, FusedSDPA, fp8 layers).
         seed: The seed ``trainer_kwargs()`` seeds with.
         tokens_per_second: Whether throughput is also reported in tokens (``length_fn`` needed).
+        dynamo: ``DynamoSettings`` arguments (``cache_size_limit``, ...), or ``None``.
+        pipelining: Whether a lazy-mode step mark separates forward and backward (``PipelineForwardBackward``).
+        adjust_throughput: Whether throughput leaves out validation and checkpoint time
+            (``AdjustedThroughputMonitor``).
+        sdp_on_bf16: Whether torch's math attention reduces in bfloat16 during the run (``SDPOnBF16``).
         validate_in_fit: Whether ``fit`` validates (``eval_strategy`` other than ``"no"``); ``trainer.validate``
             runs either way.
         workdir: Where operator list files are written.
@@ -188,6 +193,10 @@ class OptimumImport:
     model_setup: dict[str, Any] = dataclasses.field(default_factory=dict)
     seed: int | None = 42
     tokens_per_second: bool = False
+    dynamo: dict[str, Any] | None = None
+    pipelining: bool = False
+    adjust_throughput: bool = False
+    sdp_on_bf16: bool = False
     validate_in_fit: bool = False
     workdir: Path = Path(".")
     given: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
@@ -281,6 +290,18 @@ class OptimumImport:
             found.append(_PreparedCheck(self))
         if not self.validate_in_fit:
             found.append(_NoValidationInFit())
+        if self.dynamo is not None:
+            from lightning_accel.habana.dynamo_settings import DynamoSettings
+
+            found.append(DynamoSettings(**self.dynamo))
+        if self.pipelining:
+            from lightning_accel.habana.lazy_steps import PipelineForwardBackward
+
+            found.append(PipelineForwardBackward())
+        if self.sdp_on_bf16:
+            from lightning_accel.habana.sdp_settings import SDPOnBF16
+
+            found.append(SDPOnBF16())
         return found
 
     def _strategy(self, devices: int | str) -> Any:
@@ -337,7 +358,17 @@ class OptimumImport:
                 "and tokens of a batch, so that Lightning's ThroughputMonitor reports tokens per second; or drop the "
                 "field."
             )
-        if batch_size_fn is not None:
+        if self.adjust_throughput and batch_size_fn is None:
+            raise ConfigurationError(
+                "adjust_throughput=True: pass trainer_kwargs(batch_size_fn=...), the samples of a batch, so that "
+                "AdjustedThroughputMonitor reports throughput without validation and checkpoint time; or drop the "
+                "field."
+            )
+        if batch_size_fn is not None and self.adjust_throughput:
+            from lightning_accel.habana.adjusted_throughput import AdjustedThroughputMonitor
+
+            callbacks.append(AdjustedThroughputMonitor(batch_size_fn, length_fn))
+        elif batch_size_fn is not None:
             from lightning.pytorch.callbacks import ThroughputMonitor
 
             callbacks.append(ThroughputMonitor(batch_size_fn, length_fn))
@@ -581,7 +612,7 @@ def _build(config_given: dict[str, Any], args_given: dict[str, Any], workdir: An
     run.lazy_mode = bool(a["use_lazy_mode"]) and not a["torch_compile"]
     compile_only = [
         n for n in ("use_regional_compilation", "compile_from_sec_iteration", "use_compiled_autograd") if a[n]
-    ] + (["compile_dynamic"] if a["compile_dynamic"] is not None else [])
+    ] + [n for n in ("compile_dynamic", "cache_size_limit") if a[n] is not None]
     if a["torch_compile"]:
         run.compile = {
             "regions": bool(a["use_regional_compilation"]),
@@ -740,7 +771,35 @@ def _build(config_given: dict[str, Any], args_given: dict[str, Any], workdir: An
             "be profiled. Accepted: profiling_steps above 0, or drop them."
         )
     run.tokens_per_second = bool(a["include_tokens_per_second"])
+    _knobs(run, a)
     return run
+
+
+def _knobs(run: OptimumImport, a: Mapping[str, Any]) -> None:
+    dynamo = {
+        n: a[n]
+        for n in ("cache_size_limit", "inline_inbuilt_nn_modules", "allow_unspec_int_on_nn_module")
+        if a[n] is not None
+    }
+    if dynamo:
+        from lightning_accel.habana.dynamo_settings import DynamoSettings
+
+        try:
+            DynamoSettings(**dynamo)
+        except ConfigurationError as exc:
+            raise _refuse(f"training_args: {exc}") from None
+        run.dynamo = dynamo
+    if a["pipelining_fwd_bwd"]:
+        if not run.lazy_mode:
+            raise _refuse(
+                "training_args: pipelining_fwd_bwd=True with use_lazy_mode=False or torch_compile=True: it adds a "
+                "lazy-mode graph boundary between forward and backward, and eager mode has no lazy graphs "
+                "(optimum-habana skips it there without a word). Accepted: use_lazy_mode=True without torch_compile, "
+                "or drop the field."
+            )
+        run.pipelining = True
+    run.adjust_throughput = bool(a["adjust_throughput"])
+    run.sdp_on_bf16 = bool(a["sdp_on_bf16"])
 
 
 def _evaluation(a: Mapping[str, Any]) -> dict[str, Any]:
