@@ -1,4 +1,6 @@
-"""The ``lightning-accel`` command: ``list`` the installed plugins, print the ``env``, run the ``selftest``.
+"""The ``lightning-accel`` command: ``list`` plugins, print the ``env``, run the ``selftest``, ``fabric run`` a script.
+
+``fabric run`` is Lightning's ``fabric run`` with the plugins' accelerators (``--accelerator hpu``).
 
 Example:
     .. code-block:: console
@@ -8,6 +10,7 @@ Example:
           accelerator hpu: emulated: ...
         $ lightning-accel env --json
         $ lightning-accel selftest --hpu --json
+        $ lightning-accel fabric run --accelerator hpu --devices 8 train.py
 """
 
 from __future__ import annotations
@@ -186,9 +189,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     selftest.add_argument("--hpu", action="store_true", help="only the Gaudi (HPU) checks")
     selftest.add_argument("--ipu", action="store_true", help="only the Graphcore (IPU) checks")
     selftest.add_argument("--json", action="store_true", help="print the report as JSON, with `env --json` inside")
+    # `fabric run`: Lightning's command with the plugins' accelerators (lightning_accel.core.fabric_run).
+    from lightning_accel.core.fabric_run import add_fabric_parser, run_fabric
+
+    add_fabric_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "selftest":
         return _selftest(args)
+    if args.command == "fabric":
+        return run_fabric(args)
     if args.command == "list":
         plugins = plugin_report()
         print(json.dumps({"plugins": plugins}, indent=2)) if args.json else _print_list(plugins)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
@@ -44,14 +45,17 @@ __all__ = [
     "check_private_name",
     "connector_class",
     "device_info_module",
+    "fabric_cli_choices",
     "init_dist_connection",
     "is_interactive",
+    "lightning_module_compile_context",
     "register_ddp_comm_hook",
     "log_as_connector",
     "lightning_version",
     "misconfiguration_exception",
     "registries",
     "set_num_threads_if_needed",
+    "wrap_fabric_reapply_compile",
 ]
 
 # The range whose connector code the selection wraps were written against and tested with: 2.3 is the newest
@@ -205,6 +209,56 @@ def set_num_threads_if_needed(num_processes: int) -> None:
     from lightning.fabric.utilities.distributed import _set_num_threads_if_needed
 
     _set_num_threads_if_needed(num_processes=num_processes)
+
+
+# --- torch.compile as Lightning re-applies it (lightning_accel.habana._compile_default_backend) ---
+
+
+def lightning_module_compile_context(model: Any) -> Any | None:
+    """The Dynamo context of ``Trainer.fit(torch.compile(model))``, which Lightning keeps on the LightningModule.
+
+    ``None`` when the module was not handed to the Trainer compiled.
+    """
+    kept = getattr(model, "_compiler_ctx", None)
+    return None if kept is None else kept.get("dynamo_ctx")
+
+
+def wrap_fabric_reapply_compile(rewrite: Callable[[Any, dict[str, Any]], dict[str, Any]]) -> None:
+    """Have ``Fabric.setup`` compile a set-up module again with ``rewrite(module, compile_kwargs)``, not the given ones.
+
+    ``Fabric.setup(torch.compile(model))`` takes the compiled module apart, sets the module up and compiles the result
+    again with the arguments Lightning captured from ``torch.compile``, in ``lightning.fabric.fabric._to_compiled``.
+    Installed once per ``rewrite``; ``rewrite`` returns the arguments unchanged for modules it does not concern.
+    """
+    import lightning.fabric.fabric as fabric_module
+
+    current = fabric_module._to_compiled
+    if getattr(current, "_lightning_accel_rewrite", None) is rewrite:
+        return
+
+    def to_compiled(module: Any, compile_kwargs: dict[str, Any]) -> Any:
+        return current(module, rewrite(module, compile_kwargs))
+
+    to_compiled._lightning_accel_rewrite = rewrite  # type: ignore[attr-defined]
+    fabric_module._to_compiled = to_compiled
+
+
+# --- Lightning's `fabric run` (lightning_accel.core.fabric_run) ---
+
+
+def fabric_cli_choices() -> tuple[tuple[str, ...], list[str], tuple[str, ...]]:
+    """The choices of Lightning's ``fabric run``: accelerators, strategies, precisions (with their aliases).
+
+    The strategies are those of Fabric's registry that Lightning lets its command launch (the plugins' included once
+    they are registered).
+    """
+    from typing import get_args
+
+    from lightning.fabric.cli import _SUPPORTED_ACCELERATORS, _get_supported_strategies
+    from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
+
+    precisions = tuple(get_args(_PRECISION_INPUT_STR) + get_args(_PRECISION_INPUT_STR_ALIAS))
+    return tuple(_SUPPORTED_ACCELERATORS), list(_get_supported_strategies()), precisions
 
 
 # --- every private Lightning name the project touches ---
@@ -423,7 +477,22 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.fabric.strategies:FSDPStrategy", "_fsdp_kwargs", "instance_attribute", None, "read",
                 ("lightning_accel.habana.fabric.fsdp",)),
     PrivateName("lightning.pytorch.core.module:LightningModule", "_compiler_ctx", "instance_attribute", None, "read",
-                ("lightning_accel.habana.graphs",)),
+                ("lightning_accel.habana.graphs", "lightning_accel.core.compat")),
+    # `lightning-accel fabric run` offers Lightning's choices, plus the plugins' accelerators.
+    PrivateName("lightning.fabric.cli", "_SUPPORTED_ACCELERATORS", "attribute", None, "read",
+                ("lightning_accel.core.compat",)),
+    PrivateName("lightning.fabric.cli", "_get_supported_strategies", "function", (), "called",
+                ("lightning_accel.core.compat",)),
+    *(PrivateName("lightning.fabric.plugins.precision.precision", name, "attribute", None, "read",
+                  ("lightning_accel.core.compat",)) for name in ("_PRECISION_INPUT_STR", "_PRECISION_INPUT_STR_ALIAS")),
+    # torch.compile on HPUs: Fabric compiles a set-up module again here; the HPU strategies swap Inductor for
+    # hpu_backend (lightning_accel.habana._compile_default_backend).
+    PrivateName("lightning.fabric.fabric", "_to_compiled", "function", ("module", "compile_kwargs"), "wrapped",
+                ("lightning_accel.core.compat",)),
+    # Lightning's test for an out-of-memory error, where it is defined and where the batch-size finder binds it:
+    # wrapped to recognise Gaudi's device out-of-memory error as well.
+    *(PrivateName(module, "is_oom_error", "function", ("exception",), "wrapped", ("lightning_accel.habana._oom",))
+      for module in ("lightning.pytorch.utilities.memory", "lightning.pytorch.tuner.batch_size_scaling")),
     PrivateName("lightning.pytorch.profilers:PyTorchProfiler", "_create_profilers", "method", ("self",),
                 "overridden", ("lightning_accel.habana.profiler",)),
     PrivateName("lightning.pytorch.profilers:PyTorchProfiler", "_profiler_kwargs", "instance_attribute", None, "read",

@@ -9,6 +9,7 @@ from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from typing_extensions import override
 
 from .._accelerator_check import RequiresHPUAccelerator
+from .._compile_default_backend import FabricCompilesWithHPUBackend
 from .._devices import RootDevice
 from .._from_lightning import lightning_ddp_arguments
 from .._hccl_strategy import HCCLStrategyMixin
@@ -41,7 +42,12 @@ class _HPUPrecisionSetter:
 
 
 class SingleHPUStrategy(
-    RequiresHPUAccelerator, _HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, SingleDeviceStrategy
+    FabricCompilesWithHPUBackend,
+    RequiresHPUAccelerator,
+    _HPUPrecisionSetter,
+    HPUCheckpointIODefault,
+    MarkStepAfterUpdates,
+    SingleDeviceStrategy,
 ):
     """Fabric strategy for one HPU (``strategy="hpu_single"``); closes the lazy graph after backward and step.
 
@@ -78,7 +84,12 @@ class SingleHPUStrategy(
 
 
 class HPUParallelStrategy(
-    HCCLStrategyMixin, _HPUPrecisionSetter, HPUCheckpointIODefault, MarkStepAfterUpdates, DDPStrategy
+    FabricCompilesWithHPUBackend,
+    HCCLStrategyMixin,
+    _HPUPrecisionSetter,
+    HPUCheckpointIODefault,
+    MarkStepAfterUpdates,
+    DDPStrategy,
 ):
     """Fabric data parallel over HCCL (``strategy="hpu_parallel"``, also ``"hpu_ddp"``).
 

@@ -11,6 +11,8 @@ from typing_extensions import override
 
 from lightning_accel.core.compat import register_ddp_comm_hook
 
+from .._comm_hooks import hook_for_hccl
+from .._compile_default_backend import TrainerCompilesWithHPUBackend
 from .._from_lightning import lightning_ddp_arguments
 from .._hccl_strategy import HCCLStrategyMixin
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
@@ -21,6 +23,7 @@ __all__ = ["HPUParallelStrategy"]
 
 
 class HPUParallelStrategy(
+    TrainerCompilesWithHPUBackend,
     HCCLStrategyMixin,
     HPUPrecisionSetter,
     HPUCheckpointIODefault,
@@ -51,7 +54,8 @@ class HPUParallelStrategy(
         ddp_comm_state: The state of ``ddp_comm_hook``, as for Lightning's ``DDPStrategy``.
         ddp_comm_hook: A DDP communication hook (``torch.distributed.algorithms.ddp_comm_hooks``), registered on the
             HPU model as Lightning registers it on GPUs. HCCL reduces float32 and bfloat16 natively and float16 as
-            float32, so ``bf16_compress_hook`` halves the gradient traffic and ``fp16_compress_hook`` does not.
+            float32, so ``bf16_compress_hook`` halves the gradient traffic and ``fp16_compress_hook`` does not. torch's
+            bfloat16 hooks, which torch's DDP refuses by name off NCCL, are accepted on HCCL as given.
         ddp_comm_wrapper: A wrapper of ``ddp_comm_hook`` (e.g. ``fp16_compress_wrapper``).
         model_averaging_period: Post-localSGD's averaging period, with ``post_localSGD_hook`` and its state.
         **kwargs: Passed to :class:`torch.nn.parallel.DistributedDataParallel`.
@@ -90,7 +94,9 @@ class HPUParallelStrategy(
             # torch makes post-localSGD's intra-node groups from torch.cuda.device_count(), which is 0 beside HPUs:
             # the groups are this node's processes, one per HPU.
             state.subgroup, _ = torch.distributed.new_subgroups(group_size=self.num_processes)
-        register_ddp_comm_hook(self.model, state, self._ddp_comm_hook, self._ddp_comm_wrapper)
+        # torch refuses its bfloat16 hooks by name off NCCL/XCCL; HCCL reduces bfloat16 (see _comm_hooks).
+        hook, wrapper = hook_for_hccl(self._ddp_comm_hook, self._ddp_comm_wrapper)
+        register_ddp_comm_hook(self.model, state, hook, wrapper)
 
     @classmethod
     @override

@@ -9,6 +9,7 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
 from .._accelerator_check import RequiresHPUAccelerator
+from .._compile_default_backend import TrainerCompilesWithHPUBackend
 from .._devices import RootDevice
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from .._strategy_defaults import HPUCheckpointIODefault
@@ -23,6 +24,7 @@ __all__ = ["SingleHPUStrategy"]
 
 
 class SingleHPUStrategy(
+    TrainerCompilesWithHPUBackend,
     RequiresHPUAccelerator,
     HPUPrecisionSetter,
     HPUCheckpointIODefault,
