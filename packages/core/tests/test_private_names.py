@@ -97,6 +97,10 @@ OURS = {
     "_world_size": "Intel Neural Compressor's cached world size, read again by lightning_accel.habana._fp8_inference",
     "_trainer": "IPUStrategy's own attribute (LightningModule._trainer, read by deepspeed-hpu, is declared)",
     "_unwrap": "a helper function of lightning_accel.habana.graphs",
+    "_records": "a helper function of lightning_accel.habana.compilation (Dynamo's compilation records)",
+    "_name": "a method of lightning_accel.habana.compile_metrics' own record keeper",
+    "_logger": "a helper function of lightning_accel.habana.optimum's importer",
+    "_model": "a helper function of lightning_accel.habana.optimum's importer",
 }
 # The SDK emulators (they stand in for the SDKs and use no Lightning), the core's test kit, the generated twins.
 SKIPPED_DIRS = {"habana_emulator", "poptorch_emulator", "testing", "twins"}

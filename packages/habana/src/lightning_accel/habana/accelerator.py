@@ -36,7 +36,8 @@ class HPUAccelerator(HPUDevices, Accelerator):
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
-        """Make evaluation use ``torch.no_grad``, and Lightning recognise Gaudi's device out-of-memory error.
+        """Make evaluation use ``torch.no_grad``, Lightning recognise Gaudi's device out-of-memory error, and refuse
+        gradient accumulation over modules graphed with ``make_graphed_callables``.
 
         HPU graphs cannot run under ``torch.inference_mode``. Lightning's ``is_oom_error``, the batch-size finder's
         test, knows CUDA's out-of-memory error only; it then also knows the SDK's (see ``_oom``).
@@ -44,6 +45,10 @@ class HPUAccelerator(HPUDevices, Accelerator):
         for loop in (trainer.validate_loop, trainer.test_loop, trainer.predict_loop):
             loop.inference_mode = False
         _oom.recognise_hpu_out_of_memory(trainer)
+        # Here too, not only in the HPUGraphs callback: a module graphed by hand would accumulate wrong gradients.
+        from .graphs import check_graphed_callables
+
+        check_graphed_callables(trainer.lightning_module, trainer.accumulate_grad_batches)
 
     @staticmethod
     def is_fp8_available() -> tuple[bool, str]:

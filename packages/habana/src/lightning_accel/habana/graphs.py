@@ -15,7 +15,7 @@ from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
 
-__all__ = ["HPUGraphs"]
+__all__ = ["HPUGraphs", "check_graphed_callables", "graphed_callables_in"]
 
 _STAGES = ("fit", "validate", "test", "predict")
 _INFERENCE_STAGES = ("validate", "test", "predict")
@@ -28,6 +28,54 @@ def _cloned(value: Any) -> Any:
     # The SDK keeps the capturing call's own input tensors as the graph's inputs and copies every later batch into
     # them (hpu/graphs.py:615, :644; :256, :403): fresh tensors keep the user's batches their own.
     return tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, value)
+
+
+def graphed_callables_in(module: torch.nn.Module) -> list[str]:
+    """The names of the submodules of ``module`` (``""`` for itself) that the SDK's ``make_graphed_callables`` graphed.
+
+    Example:
+        >>> graphed_callables_in(torch.nn.Linear(2, 2))
+        []
+    """
+    found = []
+    for name, sub in module.named_modules():
+        forward = sub.__dict__.get("forward")
+        # The SDK replaces the module's forward with a closure of make_graphed_callables (bridge bcc5172
+        # hpu/graphs.py, make_graphed_forward); that function's name is what marks it.
+        if "make_graphed_callables" in str(getattr(forward, "__qualname__", "")):
+            found.append(name)
+    return found
+
+
+def check_graphed_callables(module: torch.nn.Module, accumulate_grad_batches: int) -> None:
+    """Refuse gradient accumulation over modules graphed with the SDK's ``make_graphed_callables``.
+
+    The SDK's graphed backward hands autograd its static gradient tensors (``static_grad_inputs``, detached views of
+    the graph's own memory, bridge bcc5172 ``hpu/graphs.py``). A parameter without a gradient takes that tensor as
+    its ``.grad``; the next micro-step's replay writes the new gradient into the same memory and autograd then adds
+    it to itself: the accumulated gradient is twice the last micro-batch's, not the sum. The SDK has no accumulation
+    mode for it (its ``ModuleCacher`` has, ``have_grad_accumulation``), so this refuses the run.
+
+    Args:
+        module: The model (a LightningModule or any module).
+        accumulate_grad_batches: The Trainer's ``accumulate_grad_batches``.
+
+    Raises:
+        ConfigurationError: When ``accumulate_grad_batches > 1`` and a submodule was graphed.
+
+    Example:
+        >>> check_graphed_callables(torch.nn.Linear(2, 2), accumulate_grad_batches=4)
+    """
+    graphed = graphed_callables_in(module) if accumulate_grad_batches > 1 else []
+    if graphed:
+        names = ", ".join(repr(n or type(module).__name__) for n in graphed)
+        raise ConfigurationError(
+            f"accumulate_grad_batches={accumulate_grad_batches} is not accepted with modules graphed by "
+            f"make_graphed_callables ({names}): the SDK's graphed backward hands its static gradient tensors to the "
+            "parameters' .grad, so the next micro-step's replay overwrites them and the accumulated gradients are "
+            "wrong (twice the last micro-batch's). Use accumulate_grad_batches=1, or graph training with "
+            "HPUGraphs(stages=('fit',)) on an ungraphed module: its ModuleCacher is told each micro-step."
+        )
 
 
 class HPUGraphs(Callback):
@@ -72,8 +120,10 @@ class HPUGraphs(Callback):
 
     Raises:
         ConfigurationError: For an unknown stage or a bad ``max_graphs``; at set-up, when the SDK runs in eager mode,
-            the model was compiled with ``torch.compile`` (HPU graphs and compile cannot be combined), or, for
-            ``"fit"``, ``forward`` has ``*args`` (the SDK's ``ModuleCacher`` passes arguments by name).
+            the model was compiled with ``torch.compile`` or the Trainer also has the ``HPUCompile`` callback (HPU
+            graphs and compile cannot be combined), for ``"fit"`` when ``forward`` has ``*args`` (the SDK's
+            ``ModuleCacher`` passes arguments by name), and in ``fit`` with ``accumulate_grad_batches`` above 1 over
+            modules graphed by ``make_graphed_callables`` (:func:`check_graphed_callables`).
 
     Example:
         >>> from lightning.pytorch import Trainer
@@ -116,6 +166,14 @@ class HPUGraphs(Callback):
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Refuse eager mode (no HPU graphs there), a compiled model, and for ``"fit"`` a forward with ``*args``."""
+        from .compilation import HPUCompile
+
+        if any(isinstance(cb, HPUCompile) for cb in trainer.callbacks):  # type: ignore[attr-defined]
+            from .compilation import _WITH_GRAPHS
+
+            raise ConfigurationError(_WITH_GRAPHS)
+        if stage == "fit":
+            check_graphed_callables(pl_module, trainer.accumulate_grad_batches)
         # The SDK's own mode, never whether its graph names exist: from the 1.24 period on they exist in eager mode too.
         if not sdk.core_module().is_lazy():
             raise ConfigurationError(
