@@ -36,25 +36,33 @@ for _name, _module in list(sys.modules.items()):
 
 if TYPE_CHECKING:
     from .accelerator import HPUAccelerator
+    from .adjusted_throughput import AdjustedThroughputMonitor
     from .checkpoint_io import HPUCheckpointIO
     from .compilation import HPUCompile
     from .compile_backends import aot_hpu_inference_backend, aot_hpu_training_backend, hpu_backend
     from .compile_metrics import HPUCompileMetrics
+    from .dynamo_settings import DynamoSettings
     from .fsdp_precision import HPUFSDPPrecision
     from .fused import fused_adamw, fused_clip_grad_norm_, fused_optimizer, fused_sdpa, use_fused_sdpa
+    from .fused_clip import HPUFusedClipNorm
     from .grad_scaler import HPUGradScaler, HPUShardedGradScaler
     from .graphs import HPUGraphs
+    from .lazy_steps import PipelineForwardBackward
     from .precision import HPUPrecisionPlugin
     from .profiler import HPUProfiler
+    from .sdp_settings import SDPOnBF16
     from .strategies import HPUFSDPStrategy, HPUModelParallelStrategy, HPUParallelStrategy, SingleHPUStrategy
 
 __all__ = [
+    "AdjustedThroughputMonitor",
+    "DynamoSettings",
     "HPUAccelerator",
     "HPUCheckpointIO",
     "HPUCompile",
     "HPUCompileMetrics",
     "HPUFSDPPrecision",
     "HPUFSDPStrategy",
+    "HPUFusedClipNorm",
     "HPUGradScaler",
     "HPUGraphs",
     "HPUModelParallelStrategy",
@@ -62,6 +70,8 @@ __all__ = [
     "HPUPrecisionPlugin",
     "HPUProfiler",
     "HPUShardedGradScaler",
+    "PipelineForwardBackward",
+    "SDPOnBF16",
     "SingleHPUStrategy",
     "__version__",
     "aot_hpu_inference_backend",
@@ -79,6 +89,11 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "HPUAccelerator": ".accelerator",
+        "AdjustedThroughputMonitor": ".adjusted_throughput",
+        "DynamoSettings": ".dynamo_settings",
+        "HPUFusedClipNorm": ".fused_clip",
+        "PipelineForwardBackward": ".lazy_steps",
+        "SDPOnBF16": ".sdp_settings",
         "HPUCheckpointIO": ".checkpoint_io",
         "HPUCompile": ".compilation",
         "HPUCompileMetrics": ".compile_metrics",
