@@ -353,6 +353,26 @@ def test_scheduler_follows_the_hugging_face_shapes(tmp_path: Path) -> None:
     assert factors[-1] == pytest.approx(1 / 8)
 
 
+def test_a_weight_shared_by_two_modules_is_optimized_once(tmp_path: Path) -> None:
+    import torch
+    from lightning.pytorch import LightningModule
+
+    class Tied(LightningModule):  # as GPT-2's input embedding and output layer
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(4, 2)
+            self.head = torch.nn.Linear(2, 4, bias=False)
+            self.head.weight = self.embed.weight
+
+    class FakeTrainer:
+        estimated_stepping_batches = 10
+
+    module = Tied()
+    module.trainer = FakeTrainer()  # type: ignore[assignment]
+    optimizer = import_optimum_habana(None, {}, workdir=tmp_path).configure_optimizers(module)["optimizer"]
+    assert [len(g["params"]) for g in optimizer.param_groups] == [1, 0]
+
+
 def test_operator_lists_reach_the_precision_plugin(tmp_path: Path) -> None:
     # The SDK reads the list files once, when it loads (at `import torch` in eager mode): the documented flow is to
     # start the run's process with run.environment (run.export_lines()), as here.

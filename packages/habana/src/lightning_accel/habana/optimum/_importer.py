@@ -413,10 +413,14 @@ class OptimumImport:
 
         decay: list[torch.nn.Parameter] = []
         no_decay: list[torch.nn.Parameter] = []
+        placed: set[int] = set()
         for sub in module.modules():
             norm = "norm" in type(sub).__name__.lower()
             for name, parameter in sub.named_parameters(recurse=False):
-                if parameter.requires_grad:
+                # A weight shared by two modules (tied embeddings) goes in once: listed twice, AdamW would update it
+                # twice per step (and DeepSpeed refuses to start).
+                if parameter.requires_grad and id(parameter) not in placed:
+                    placed.add(id(parameter))
                     (no_decay if norm or name == "bias" else decay).append(parameter)
         groups = [
             {"params": decay, "weight_decay": self.optimizer["weight_decay"]},
