@@ -101,6 +101,7 @@ OURS = {
     "_name": "a method of lightning_accel.habana.compile_metrics' own record keeper",
     "_logger": "a helper function of lightning_accel.habana.optimum's importer",
     "_model": "a helper function of lightning_accel.habana.optimum's importer",
+    "_parser": "a helper function of lightning_accel.habana.preflight's command line",
 }
 # The SDK emulators (they stand in for the SDKs and use no Lightning), the core's test kit, the generated twins.
 SKIPPED_DIRS = {"habana_emulator", "poptorch_emulator", "testing", "twins"}

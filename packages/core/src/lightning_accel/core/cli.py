@@ -11,6 +11,7 @@ Example:
         $ lightning-accel env --json
         $ lightning-accel selftest --hpu --json
         $ lightning-accel fabric run --accelerator hpu --devices 8 train.py
+        $ LIGHTNING_ACCEL_EMULATE=hpu lightning-accel preflight my_project.model:Net --format markdown
 """
 
 from __future__ import annotations
@@ -114,7 +115,25 @@ def environment_report() -> dict[str, Any]:
         "emulators": _emulator_distributions(),
         "variables": {name: os.environ.get(name) for name in _VARIABLES},
         "emulation": settings,
+        **_plugin_environment(),
     }
+
+
+# `env`'s vendor lines: each plugin's PluginSpec.environment hook (the core never imports a vendor package itself).
+def _plugin_environment() -> dict[str, dict[str, dict[str, str]]]:
+    """``{"checks": {plugin: {label: line}}}`` from the plugins that declare an environment hook; empty when none."""
+    from lightning_accel.core.plugin import import_target
+
+    checks: dict[str, dict[str, str]] = {}
+    for plugin in discovered_plugins():
+        if not plugin.spec.environment:
+            continue
+        try:
+            lines = import_target(plugin.spec.environment)()
+            checks[plugin.name] = {str(label): str(line) for label, line in lines.items()}
+        except Exception as exc:  # a broken vendor stack is reported, never a traceback in a bug-report command
+            checks[plugin.name] = {"error": f"{plugin.spec.environment} failed: {type(exc).__name__}: {exc}"}
+    return {"checks": checks} if checks else {}
 
 
 def _print_list(report: list[dict[str, Any]]) -> None:
@@ -145,6 +164,10 @@ def _print_env(report: dict[str, Any]) -> None:
         for name, value in report[section].items():
             print(f"  {name}: {value if value is not None else '-'}")
     print(f"emulation: {report['emulation']}")
+    for plugin, lines in report.get("checks", {}).items():
+        print(f"{plugin}:")
+        for label, line in lines.items():
+            print(f"  {label}: {line}")
 
 
 def _selftest(args: argparse.Namespace) -> int:
@@ -172,8 +195,55 @@ def _selftest(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def _preflight(argv: list[str]) -> int:
+    """``preflight [--device TYPE] ARGS...``: hand ARGS to the preflight of the plugin that serves TYPE.
+
+    The plugins own their pre-flight checks (the core imports no vendor code): a plugin declares one as
+    ``PluginSpec.preflight``, and it parses its own arguments (``lightning-accel preflight --help`` shows them).
+    """
+    from lightning_accel.core.plugin import import_target
+
+    device = None
+    if argv[:1] == ["--device"] and len(argv) > 1:
+        device, argv = argv[1], argv[2:]
+    offered = {
+        acc.name: plugin.spec
+        for plugin in discovered_plugins()
+        if plugin.spec.preflight
+        for acc in plugin.spec.accelerators
+    }
+    if not offered:
+        print(
+            "lightning-accel preflight: no installed plugin offers a pre-flight check. Install one, e.g. "
+            "`pip install 'lightning-accel[habana]'`.",
+            file=sys.stderr,
+        )
+        return 2
+    if device is None and len(offered) > 1:
+        print(
+            f"lightning-accel preflight: several plugins offer a pre-flight check; choose one with --device "
+            f"({', '.join(sorted(offered))}).",
+            file=sys.stderr,
+        )
+        return 2
+    spec = offered.get(device) if device is not None else next(iter(offered.values()))
+    if spec is None:
+        print(
+            f"lightning-accel preflight: --device {device!r} has no pre-flight check. Accepted: "
+            f"{', '.join(sorted(offered))}.",
+            file=sys.stderr,
+        )
+        return 2
+    run: Any = import_target(spec.preflight)
+    return int(run(argv))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    # `preflight` passes its arguments through to the plugin's own parser, so it is dispatched before this one's.
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["preflight"]:
+        return _preflight(arguments[1:])
     parser = argparse.ArgumentParser(prog="lightning-accel", description="lightning-accel plugins and environment")
     parser.add_argument("--version", action="version", version=f"lightning-accel-core {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -193,6 +263,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lightning_accel.core.fabric_run import add_fabric_parser, run_fabric
 
     add_fabric_parser(commands)
+    commands.add_parser(
+        "preflight",
+        help="run a few training steps and report what a model will meet on the device (`preflight --help`)",
+        add_help=False,
+    )
     args = parser.parse_args(argv)
     if args.command == "selftest":
         return _selftest(args)

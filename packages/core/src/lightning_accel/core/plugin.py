@@ -159,6 +159,12 @@ class PluginSpec:
         selftest: ``"module:attribute"`` naming a sequence of :class:`lightning_accel.core.selftest.Check` that
             ``lightning-accel selftest`` runs for this plugin; empty for none. The module must be as cheap to import
             as the spec itself (the checks name their functions by import path too).
+        preflight: ``"module:function"`` that ``lightning-accel preflight`` calls with its remaining arguments
+            (``function(argv: list[str]) -> int``, the exit status) to check a model for this plugin's devices; empty
+            for none. Imported only by ``preflight``.
+        environment: ``"module:function"`` returning a mapping of label to one line of text that ``lightning-accel
+            env`` prints under the plugin's name (for example whether the installed versions were validated
+            together); empty for none. Called only by ``env``; one that raises is printed as its error.
     """
 
     name: str
@@ -171,6 +177,8 @@ class PluginSpec:
     supports_pytorch_lightning: bool = True
     lightning: str = ""
     selftest: str = ""
+    preflight: str = ""
+    environment: str = ""
 
     def __post_init__(self) -> None:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from lightning_utilities.core.rank_zero import rank_zero_warn
 
-from . import _devices, sdk
-from .versions import torch_version_warning
+from . import _devices, sdk, versions
 
 if TYPE_CHECKING:
     from lightning_accel.core.compat import AcceleratorRegistryType
@@ -19,8 +18,9 @@ __all__ = ["HPUDevices"]
 
 @functools.lru_cache(maxsize=1)
 def _warn_about_torch_once() -> None:
-    # Once per process: every Trainer and Fabric of a run sets its device up.
-    message = torch_version_warning(torch.__version__)
+    # Once per process: every Trainer and Fabric of a run sets its device up. One warning covers the torch check and
+    # the validated-stack check (versions.startup_warning), so a stack off in several ways is told once.
+    message = versions.startup_warning()
     if message is not None:
         rank_zero_warn(message)
 

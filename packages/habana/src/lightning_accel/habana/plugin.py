@@ -86,4 +86,8 @@ PLUGIN = PluginSpec(
     # Built and tested on Lightning 2.6 (the SDK's torch is current, so no older Lightning is needed).
     lightning=">=2.6,<2.7",
     selftest=f"{_PKG}.selftest:CHECKS",
+    # `lightning-accel preflight`: what a model meets on Gaudi (CPU fallbacks, recompilations...), before renting one.
+    preflight=f"{_PKG}.preflight:main",
+    # `lightning-accel env`: whether SDK, torch, Lightning, transformers and DeepSpeed form a validated stack.
+    environment=f"{_PKG}.versions:environment",
 )

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import shlex
@@ -69,6 +70,7 @@ __all__ = [
     "is_sdk_installed",
     "profiler_activities",
     "require",
+    "sdk_version",
     "to_device",
     "transformer_engine_module",
 ]
@@ -123,6 +125,23 @@ def require() -> None:
         f"{EMULATE_VAR}=hpu to run on the software emulator (backed by the CPU; it needs a CPU-only build of "
         "torch)."
     )
+
+
+def sdk_version() -> str | None:
+    """The release of the SDK answering ``habana_frameworks`` (``"1.24.0"``; a wheel: ``"1.24.0.<build>"``), or None.
+
+    The SDK's wheel writes ``habana_frameworks.torch.version`` when it is built (its ``hpu/__init__.py`` warns when
+    that module is missing, as in a build from the repository); the version of the ``habana-torch-plugin``
+    distribution stands in when the module cannot be read. ``None`` when neither can: no SDK, or an unusual build.
+    """
+    try:
+        return str(_module("version").__version__)
+    except (ImportError, AttributeError, DeviceUnavailableError):
+        pass
+    try:
+        return importlib.metadata.version(SDK_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _module(relative: str) -> ModuleType:

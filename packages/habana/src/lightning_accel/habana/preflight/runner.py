@@ -1,0 +1,387 @@
+"""Running the pre-flight steps: one subprocess per execution mode, each a short ``Trainer.fit`` on the HPU.
+
+Lazy mode is chosen when the SDK loads (``PT_HPU_LAZY_MODE``), so each mode runs in its own process
+(``python -m lightning_accel.habana.preflight --child ...``), started with the variable set; the parent merges their
+reports. Objects given in Python reach the child pickled; a model given as ``module:Class`` is built there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .report import FORMATS, Finding, Report, merge_reports, render
+
+__all__ = ["DEFAULT_STEPS", "main", "parse_init_args", "preflight", "run_preflight"]
+
+#: Training steps per mode when not told: enough for a second and third step to show recompilations.
+DEFAULT_STEPS = 3
+_MODES = ("lazy", "compile")
+
+
+def parse_init_args(values: Sequence[str], option: str = "--init-args") -> dict[str, Any]:
+    """Init arguments from a JSON object or ``key=value`` pairs (values read as JSON when they parse, else strings).
+
+    Raises:
+        ValueError: For a value that is neither, naming ``option``.
+    """
+    result: dict[str, Any] = {}
+    for value in values:
+        text = value.strip()
+        if text.startswith("{"):
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{option} {value!r}: not a JSON object ({exc}).") from None
+            result.update(parsed)
+            continue
+        key, sep, raw = text.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(
+                f"{option} {value!r}: not a JSON object nor key=value. Accepted: '{{\"hidden\": 32}}' or hidden=32."
+            )
+        try:
+            result[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            result[key] = raw
+    return result
+
+
+def _import_class(path: str, option: str) -> Any:
+    module_name, sep, name = path.partition(":")
+    if not sep or not module_name or not name:
+        raise ValueError(f"{option}={path!r}: expected 'package.module:Class' (e.g. 'my_project.model:Net').")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{option}={path!r}: cannot import {module_name!r} ({exc}). Is it on PYTHONPATH?") from None
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{option}={path!r}: module {module_name!r} has no {name!r}.")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _build(path: str, init_args: Mapping[str, Any], option: str, base: type) -> Any:
+    cls = _import_class(path, option)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ValueError(f"{option}={path!r} is {cls!r}, not a subclass of {base.__name__}.")
+    try:
+        return cls(**init_args)
+    except TypeError as exc:
+        raise ValueError(f"{option}={path!r}: {cls.__name__}(**{dict(init_args)!r}) failed: {exc}") from None
+
+
+def _run_here(mode: str, target: str, steps: int, precision: str | None, objects: Mapping[str, Any]) -> Report:
+    """Train ``steps`` steps in this process (whose SDK mode must be ``mode``) and return the callback's report."""
+    import torch
+    from lightning.pytorch import Trainer
+
+    from .collect import PreflightCallback
+
+    model = objects["model"]
+    if mode == "compile":
+        # The step, loss included, is what runs on the device every iteration: compile it whole, as a user would.
+        # Compiled as a function of the module (not as a bound method, which Dynamo fails to trace with self.log).
+        compiled = torch.compile(type(model).training_step, backend="hpu_backend")
+        model.training_step = functools.partial(compiled, model)
+    callback = PreflightCallback(mode=mode, target=target)
+    trainer = Trainer(
+        accelerator="hpu",
+        devices=1,
+        max_steps=steps,
+        limit_train_batches=steps,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+        precision=precision,  # type: ignore[arg-type]  # checked by Lightning, which names the accepted values
+    )
+    trainer.fit(model, train_dataloaders=objects.get("train_dataloaders"), datamodule=objects.get("datamodule"))
+    assert callback.report is not None
+    return callback.report
+
+
+def _child(args: argparse.Namespace) -> int:
+    from lightning.pytorch import LightningDataModule, LightningModule
+
+    if args.payload:
+        with open(args.payload, "rb") as handle:
+            objects = pickle.load(handle)
+    else:
+        objects = {"model": _build(args.target, parse_init_args(args.init_args), "target", LightningModule)}
+        if args.datamodule:
+            objects["datamodule"] = _build(
+                args.datamodule,
+                parse_init_args(args.datamodule_args, "--datamodule-args"),
+                "--datamodule",
+                LightningDataModule,
+            )
+    report = _run_here(args.mode, args.target, args.steps, args.precision, objects)
+    Path(args.child_output).write_text(json.dumps(report.as_dict()))
+    return 0
+
+
+def _child_env(mode: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PT_HPU_LAZY_MODE"] = "1" if mode == "lazy" else "0"
+    # The child must import what the parent could (a model defined in a test module, a script's directory).
+    paths = [p for p in sys.path if p]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env["PYTHONPATH"]] if env.get("PYTHONPATH") else paths)
+    return env
+
+
+def _spawn(mode: str, child_args: list[str], target: str, steps: int) -> Report:
+    with tempfile.TemporaryDirectory(prefix="preflight-") as tmp:
+        out = Path(tmp, "report.json")
+        cmd = [sys.executable, "-m", "lightning_accel.habana.preflight", "--child", "--mode", mode]
+        cmd += ["--child-output", str(out), "--steps", str(steps), *child_args]
+        proc = subprocess.run(cmd, env=_child_env(mode), capture_output=True, text=True, check=False)
+        if proc.returncode == 0 and out.exists():
+            return Report.from_dict(json.loads(out.read_text()))
+    tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-12:]
+    # The exception's own line, not the hints torch prints after it.
+    errors = [line for line in tail if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", line)]
+    error = errors[-1] if errors else tail[-1] if tail else f"exit status {proc.returncode}"
+    report = Report(target, steps, modes={mode: {"steps": 0, "failed": True}})
+    report.findings.append(
+        Finding(
+            "not_run",
+            mode,
+            f"the training steps failed: {error}",
+            "",
+            "What fails here fails on Gaudi too, or the run could not be set up; no finding of this mode is known.",
+            "Read the error below; run the model once on the emulated HPU in this mode to see the full traceback.",
+            1,
+            {"stderr_tail": tail},
+        )
+    )
+    return report
+
+
+def _fill_sites(report: Report) -> None:
+    # A dispatch mode would stop Dynamo, so the compile run cannot place its CPU fallbacks; the lazy run can.
+    lazy_sites = {f.what: f.where for f in report.of_kind("cpu_fallback", "lazy") if f.where}
+    for finding in report.of_kind("cpu_fallback", "compile"):
+        if not finding.where and finding.what in lazy_sites:
+            finding.where = lazy_sites[finding.what]
+            finding.details["where_from"] = "lazy run"
+
+
+def _check(modes: Sequence[str], steps: int) -> None:
+    unknown = [m for m in modes if m not in _MODES]
+    if unknown or not modes:
+        raise ValueError(f"modes={list(modes)!r}: accepted modes are {', '.join(_MODES)} (one or both).")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps={steps!r}: must be a positive int (a few, e.g. 3).")
+
+
+def run_preflight(
+    target: str,
+    init_args: Sequence[str] = (),
+    datamodule: str | None = None,
+    datamodule_args: Sequence[str] = (),
+    modes: Sequence[str] = _MODES,
+    steps: int = DEFAULT_STEPS,
+    precision: str | None = None,
+) -> Report:
+    """The report for a model given as ``module:Class`` with init arguments (what the CLI runs)."""
+    _check(modes, steps)
+    # Imported here too, so that a misspelt path fails at once with its message rather than in each mode's process.
+    _import_class(target, "target")
+    if datamodule:
+        _import_class(datamodule, "--datamodule")
+    parse_init_args(init_args)
+    parse_init_args(datamodule_args, "--datamodule-args")
+    child_args = [target, *[a for v in init_args for a in ("--init-args", v)]]
+    if datamodule:
+        child_args += ["--datamodule", datamodule, *[a for v in datamodule_args for a in ("--datamodule-args", v)]]
+    if precision:
+        child_args += ["--precision", precision]
+    report = merge_reports((_spawn(mode, child_args, target, steps) for mode in modes), target, steps)
+    _fill_sites(report)
+    return report
+
+
+def preflight(
+    model: Any,
+    datamodule: Any = None,
+    train_dataloaders: Any = None,
+    modes: Sequence[str] = _MODES,
+    steps: int = DEFAULT_STEPS,
+    precision: str | None = None,
+) -> Report:
+    """Run a few training steps of ``model`` on the HPU in each mode and report what it will meet on Gaudi.
+
+    Each mode runs in its own process; the model and its data reach it pickled, so they must be picklable
+    (defined at module level, no lambdas in the data loaders).
+
+    Args:
+        model: The ``LightningModule``.
+        datamodule: Its ``LightningDataModule``, if any.
+        train_dataloaders: Training data loaders, when neither the model nor a data module gives them.
+        modes: ``"lazy"`` and/or ``"compile"`` (eager mode with ``torch.compile(backend="hpu_backend")``).
+        steps: Training steps per mode.
+        precision: Lightning's ``precision=`` (e.g. ``"bf16-mixed"``), or ``None`` for the default.
+
+    Example:
+        >>> from lightning_accel.habana.preflight import preflight, render
+        >>> # print(render(preflight(MyModel(), steps=3), "markdown"))
+    """
+    from lightning.pytorch import LightningModule
+
+    if not isinstance(model, LightningModule):
+        raise TypeError(f"preflight(model={type(model).__name__}): expected a LightningModule.")
+    _check(modes, steps)
+    target = f"{type(model).__module__}:{type(model).__qualname__}"
+    objects = {"model": model, "datamodule": datamodule, "train_dataloaders": train_dataloaders}
+    with tempfile.TemporaryDirectory(prefix="preflight-") as tmp:
+        payload = Path(tmp, "objects.pkl")
+        try:
+            payload.write_bytes(pickle.dumps(objects))
+        except Exception as exc:
+            raise ValueError(
+                f"preflight(): the model and its data must be picklable to run in a process per mode, but pickling "
+                f"failed: {type(exc).__name__}: {exc}. Define the classes at module level, avoid lambdas in the data "
+                "loaders, or run `lightning-accel preflight module:Class` instead."
+            ) from None
+        child_args = [target, "--payload", str(payload)]
+        if precision:
+            child_args += ["--precision", precision]
+        report = merge_reports((_spawn(mode, child_args, target, steps) for mode in modes), target, steps)
+    _fill_sites(report)
+    return report
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lightning-accel preflight",
+        description="Run a few training steps on the (emulated) HPU in lazy and compile mode and report what the "
+        "model will meet on Gaudi: CPU fallbacks, recompilations, graph breaks, host synchronisations, dtype hazards.",
+    )
+    parser.add_argument(
+        "target", nargs="?", help="the LightningModule, as 'package.module:Class' (or the config's model.class_path)"
+    )
+    parser.add_argument(
+        "--config",
+        help="a LightningCLI config (YAML): its model and data sections give the classes (class_path) or their init "
+        "arguments, trainer.precision the precision; arguments given here win",
+    )
+    parser.add_argument(
+        "--init-args", action="append", default=[], help="its init arguments: a JSON object or key=value (repeatable)"
+    )
+    parser.add_argument("--datamodule", help="a LightningDataModule as 'package.module:Class'")
+    parser.add_argument("--datamodule-args", action="append", default=[], help="its init arguments, as --init-args")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps per mode (default {DEFAULT_STEPS})")
+    parser.add_argument("--modes", default=",".join(_MODES), help="comma-separated: lazy,compile (default both)")
+    parser.add_argument("--precision", help="Lightning's precision= (e.g. bf16-mixed)")
+    parser.add_argument("--format", default="table", help=f"one of {', '.join(FORMATS)} (default table)")
+    parser.add_argument("--output", help="write the report to this file instead of the terminal")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--child-output", help=argparse.SUPPRESS)
+    parser.add_argument("--payload", help=argparse.SUPPRESS)
+    return parser
+
+
+def _class_path(section: Mapping[str, Any], key: str, config: str) -> str:
+    path = section["class_path"]
+    if not isinstance(path, str) or "." not in path:
+        raise ValueError(f"--config {config}: {key}.class_path={path!r} is not 'package.module.Class'.")
+    module, _, name = path.rpartition(".")
+    return f"{module}:{name}"
+
+
+def _apply_config(args: argparse.Namespace) -> None:
+    """Fill the model, the data module, their init arguments and the precision from a LightningCLI config."""
+    # PyYAML comes with Lightning (LightningCLI reads YAML with it); its type stubs are no dependency of ours.
+    yaml: Any = importlib.import_module("yaml")
+    try:
+        config = yaml.safe_load(Path(args.config).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"--config {args.config}: cannot read it as YAML ({exc}).") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"--config {args.config}: expected a mapping with model/data/trainer sections.")
+    for key, attr, args_attr in (("model", "target", "init_args"), ("data", "datamodule", "datamodule_args")):
+        section = config.get(key) or {}
+        if not isinstance(section, dict):
+            raise ValueError(f"--config {args.config}: {key} is {section!r}, expected a mapping.")
+        if "class_path" in section:
+            if getattr(args, attr) is None:
+                setattr(args, attr, _class_path(section, key, args.config))
+            values = section.get("init_args") or {}
+        else:
+            values = section
+        if values:
+            # Before the command line's own, so that those win.
+            setattr(args, args_attr, [json.dumps(values), *getattr(args, args_attr)])
+        if key == "data" and values and getattr(args, attr) is None:
+            raise ValueError(
+                f"--config {args.config}: the data section gives init arguments but no class: pass --datamodule "
+                "'package.module:Class' (LightningCLI's script names it) or give data.class_path."
+            )
+    trainer = config.get("trainer") or {}
+    if args.precision is None and isinstance(trainer, dict) and trainer.get("precision") is not None:
+        args.precision = str(trainer["precision"])
+    unused = sorted(k for k in trainer if k != "precision") if isinstance(trainer, dict) else []
+    if unused:
+        print(
+            f"lightning-accel preflight: the pre-flight run uses its own Trainer (1 HPU, --steps steps per mode); "
+            f"not used from {args.config}: trainer.{', trainer.'.join(unused)}.",
+            file=sys.stderr,
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``lightning-accel preflight``: returns the exit status (0: report written, 2: bad input)."""
+    args = _parser().parse_args(argv)
+    if args.child:
+        return _child(args)
+    if args.format not in FORMATS:
+        print(f"lightning-accel preflight: --format {args.format!r}: accepted {', '.join(FORMATS)}.", file=sys.stderr)
+        return 2
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.config:
+        try:
+            _apply_config(args)
+        except ValueError as exc:
+            print(f"lightning-accel preflight: {exc}", file=sys.stderr)
+            return 2
+    if not args.target:
+        print(
+            "lightning-accel preflight: no model given. Pass it as 'package.module:Class', or a --config whose "
+            "model section has a class_path.",
+            file=sys.stderr,
+        )
+        return 2
+    # As `python -m` would: a `module:Class` next to where the command runs is importable.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        report = run_preflight(
+            args.target, args.init_args, args.datamodule, args.datamodule_args, modes, args.steps, args.precision
+        )
+    except ValueError as exc:
+        print(f"lightning-accel preflight: {exc}", file=sys.stderr)
+        return 2
+    text = render(report, args.format)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"lightning-accel preflight: report written to {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
