@@ -36,11 +36,12 @@ class HPUAccelerator(HPUDevices, Accelerator):
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
-        """Make evaluation use ``torch.no_grad``, Lightning recognise Gaudi's device out-of-memory error, and refuse
-        gradient accumulation over modules graphed with ``make_graphed_callables``.
+        """Prepare the Trainer for HPUs: evaluation without inference mode, Gaudi's out-of-memory error recognised.
 
-        HPU graphs cannot run under ``torch.inference_mode``. Lightning's ``is_oom_error``, the batch-size finder's
-        test, knows CUDA's out-of-memory error only; it then also knows the SDK's (see ``_oom``).
+        HPU graphs cannot run under ``torch.inference_mode``. Gradient accumulation over modules graphed with
+        ``make_graphed_callables`` is refused (see ``graphs.check_graphed_callables``). Lightning's
+        ``is_oom_error``, the batch-size finder's test, knows CUDA's out-of-memory error only; it then also knows the
+        SDK's (see ``_oom``).
         """
         for loop in (trainer.validate_loop, trainer.test_loop, trainer.predict_loop):
             loop.inference_mode = False

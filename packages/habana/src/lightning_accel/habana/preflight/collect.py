@@ -272,7 +272,8 @@ class PreflightCallback(Callback):
         self._compile_metric = metrics.metric_global("graph_compilation")
         self._fallback_metric = metrics.metric_global("cpu_fallback")
         dynamo_utils.counters["graph_break"].clear()
-        dynamo_utils.guard_failures.clear()
+        failures: dict[Any, Any] = dynamo_utils.guard_failures  # a defaultdict of Dynamo's
+        failures.clear()
         torch._logging.set_logs(graph_breaks=True)
         for name in ("torch.__graph_breaks", "torch._dynamo"):
             logging.getLogger(name).addHandler(self._graph_log)
@@ -385,7 +386,8 @@ class PreflightCallback(Callback):
                     {"batch_shapes_per_step": [[list(s) for s in step] for step in shapes]},
                 )
             )
-        for code, reasons in dynamo_utils.guard_failures.items():
+        failures: dict[Any, Any] = dynamo_utils.guard_failures
+        for code, reasons in failures.items():
             if not reasons:
                 continue
             where = f"{_short(code.co_filename)}:{code.co_firstlineno}"
