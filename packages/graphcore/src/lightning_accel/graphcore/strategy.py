@@ -435,9 +435,11 @@ class IPUStrategy(ParallelStrategy):
         self._step_module = StepModule(module, loss_marker=poptorch.identity_loss, block=poptorch.Block)
         if trainer.state.fn == TrainerFn.FITTING:
             self._ipu_optimizer_state = None
-            # The device optimizer now (a resumed checkpoint loads its state); the training model right before the
-            # first training call (see _wrap_training_model).
+            # The device optimizer and the training model now, as the archived IPUStrategy made them (callbacks read
+            # poptorch_models[RunningStage.TRAINING] in on_train_start); the model compiles at the first training
+            # call (see _prepare_training_model).
             self._build_device_optimizer()
+            self._wrap_training_model()
 
     def _build_device_optimizer(self) -> None:
         """The device optimizer (a ``poptorch.optim`` one), built from the host optimizer as it is now."""
@@ -456,14 +458,14 @@ class IPUStrategy(ParallelStrategy):
         self._optimizer_structure = self._structure(training=True)
 
     def _wrap_training_model(self) -> Any:
-        """Wrap the step for training, right before the call that compiles it.
+        """Wrap the step for training (at setup, and after a rebuild); it compiles at its first call.
 
         poptorch cannot wrap a model twice: ``destroy()`` unwraps only a compiled training model
         (``python/_poplar_executor.py:1482-1501``) and ``trainingModel`` refuses a wrapped one ("Model has already
-        been wrapped in 'poptorch.trainingModel'", ``python/__init__.py:703-707``). Wrapping right before the first
-        call means a callback that changes what trains before then
-        (``BackboneFinetuning(unfreeze_backbone_at_epoch=0)``, a resumed ``BaseFinetuning``) only rebuilds the device
-        optimizer: no model is ever wrapped without compiling.
+        been wrapped in 'poptorch.trainingModel'", ``python/__init__.py:703-707``). So a callback that changes what
+        trains before the first call (``BackboneFinetuning(unfreeze_backbone_at_epoch=0)``, a resumed
+        ``BaseFinetuning``) does not wrap again: the uncompiled model gets the rebuilt device optimizer
+        (:meth:`_prepare_training_model`).
         """
         poptorch = self._poptorch
         if self._optimizer_structure != self._structure(training=True):
@@ -484,6 +486,14 @@ class IPUStrategy(ParallelStrategy):
         self.poptorch_models[RunningStage.TRAINING] = executor
         self._compiled_structure[RunningStage.TRAINING] = self._structure(training=True)
         return executor
+
+    def _prepare_training_model(self, executor: Any) -> None:
+        """Before its first call, give the uncompiled training model the device optimizer for what trains now."""
+        if self._optimizer_structure != self._structure(training=True):
+            self._rebuild_device_optimizer()
+        # setOptimizer before compiling replaces the optimizer the model will compile with (_poplar_executor.py).
+        self._set_device_optimizer(executor)
+        self._compiled_structure[RunningStage.TRAINING] = self._structure(training=True)
 
     def _rebuild_device_optimizer(self, state: dict[str, Any] | None = None) -> None:
         """Build the device optimizer again for new parameter groups; the moments of the weights still there stay."""
@@ -751,11 +761,10 @@ class IPUStrategy(ParallelStrategy):
         # What trains is checked at the start of an epoch, where callbacks change it (BackboneFinetuning unfreezes
         # and adds a parameter group, ModelPruning re-parametrizes weights). Not at every step: reading a parameter's
         # shape or requires_grad copies every weight from the IPUs to the host (_poplar_executor.py:319-333).
-        if (
-            batch_idx == 0
-            and RunningStage.TRAINING in self.poptorch_models
-            and compiled != self._structure(training=True)
-        ):
+        executor = self.poptorch_models.get(RunningStage.TRAINING)
+        if executor is not None and not executor.isCompiled():
+            self._prepare_training_model(executor)
+        elif batch_idx == 0 and executor is not None and compiled != self._structure(training=True):
             self._rebuild_training_model("the model's parameters, what trains, or the optimizer's groups changed")
         # Learning-rate schedulers change the host optimizer: hand its hyper-parameters to the device every step.
         executor = self.poptorch_models.get(RunningStage.TRAINING)

@@ -49,6 +49,7 @@ from .errors import Error
 from .execution import ShardedExecution
 from .ipu_tensors import move_model_to_ipu
 from .left_out import left_out
+from .lowering import message as poptorch_message
 from .optim import LAMB, SGD, TensorFlowRMSprop, from_ipu_state, to_ipu_state
 from .optim import Optimizer as PoptorchOptimizer
 from .optimizer_values import OptimizerValues, check_replacement, kind_of, optimizer_values
@@ -263,6 +264,11 @@ class PoplarExecutor:
         self._device_generator_state: torch.Tensor | None = None
         self._device_optimizer: torch.optim.Optimizer | None = None
         if training:
+            # poptorch swaps the class of every buffer of a training model for its own wrapper and refuses any other
+            # class than torch.Tensor (_poplar_executor.py:375-383).
+            for buffer in model.buffers():
+                if type(buffer) is not torch.Tensor:
+                    raise Error(poptorch_message("buffer_subclass", type=type(buffer)))
             # Like poptorch, which swaps the model's class (python/_poplar_executor.py:326-383), a model stays wrapped
             # until the destroy() of a compiled training wrapper unwraps it, even after that wrapper is collected.
             _training_wrapped[model] = weakref.ref(self)
@@ -771,6 +777,7 @@ class PoplarExecutor:
             hook()
         split, spec = self._micro_batches(args, kwargs)
         first_args, first_kwargs = self._micro_batch(split, spec, 0)
+        _refuse_inputs_requiring_grad((first_args, first_kwargs))
         # poptorch moves the model to ipu:0 to trace it and moves back only its parameters and buffers.
         move_model_to_ipu(self._model)
         self._upload()
@@ -787,6 +794,10 @@ class PoplarExecutor:
             tensor if name in names.values() else tensor.clone() for name, tensor in self._device_state.items()
         ]
         leaves, input_spec = flatten((first_args, first_kwargs))
+        # The trace runs the model once on real tensors: on copies, so that an in-place write to an input is made
+        # once, by the run that follows, as poptorch makes it (PoplarExecutable.cpp:165-172).
+        leaves = [leaf.clone() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        loss_errors: list[Error] = []
 
         def call(state: list[torch.Tensor], inputs: list[Any]) -> tuple[Any, torch.Tensor | None]:
             call_args, call_kwargs = unflatten(inputs, input_spec)
@@ -794,11 +805,22 @@ class PoplarExecutor:
                 context.state_names = {id(tensor): name for name, tensor in strict_zip(state_names, state)}
             with self._device_weights(dict(strict_zip(state_names, state))), running_on(context):
                 output = self._model(*call_args, **call_kwargs)
-            return _host_output_types(output), final_loss(context.losses) if self._training else None
+            if not self._training:
+                return _host_output_types(output), None
+            try:
+                loss = final_loss(context.losses)
+            except Error as err:
+                # poptorch looks for the loss while lowering to PopART, after refusing the operators it cannot
+                # lower (LowerToPopartFactories.cpp:99-103): the graph is checked first.
+                loss_errors.append(err)
+                loss = torch.zeros(())
+            return _host_output_types(output), loss
 
         # Modules keep the train/eval mode the user set: poptorch never calls train() or eval() (python/, 3.4).
         with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(self._training):
-            program = trace(call, trace_state, leaves)
+            program = trace(call, trace_state, leaves, context.decomposed_calls)
+        if loss_errors:
+            raise loss_errors[0]
         if context.inplace_writes:
             # poptorch/source/InplaceOps.cpp:226-233; tests/buffers_test.py::test_failing_on_replicas.
             raise Error(
@@ -1038,6 +1060,14 @@ class PoplarExecutor:
             combined.append(_concat(selected))
         result = unflatten(combined, spec)
         return result
+
+
+def _refuse_inputs_requiring_grad(inputs: Any) -> None:
+    """Refuse an input that requires grad, as poptorch does when it compiles (``_poplar_executor.py:839-846``)."""
+    tensors = [leaf for leaf in flatten(inputs)[0] if isinstance(leaf, torch.Tensor)]
+    for index, tensor in enumerate(tensors):
+        if tensor.requires_grad:
+            raise Error(poptorch_message("input_requires_grad", index=index, tensor=tensor))
 
 
 def _autograd_engine() -> Any:

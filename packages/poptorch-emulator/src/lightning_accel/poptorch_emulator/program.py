@@ -26,6 +26,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from lightning_accel.core.pycompat import strict_zip
 
 from .errors import Error
+from .lowering import check_traced_graph
+from .narrowing import Narrowing, narrow
 from .structures import flatten
 
 __all__ = ["ITEM_ERR", "Program", "trace"]
@@ -110,14 +112,19 @@ def trace(
     call: Callable[[list[torch.Tensor], list[Any]], tuple[Any, torch.Tensor | None]],
     state: list[torch.Tensor],
     leaves: list[Any],
+    decomposed_calls: list[str] | None = None,
 ) -> Program:
     """Trace ``call(state, leaves)`` once; tensor leaves become graph inputs, other leaves constants.
 
-    ``call`` returns the model's output and the loss (``None`` for inference).
+    ``call`` returns the model's output and the loss (``None`` for inference). The traced graph is then checked as
+    poptorch 3.4 checks its own (:mod:`.lowering`); ``decomposed_calls`` (filled while ``call`` runs) are operators
+    poptorch would have recorded for torch functions this torch decomposes.
 
     Raises:
         Error: When the model's Python reads a value out of a device tensor (``.item()``, ``if tensor:``), with
-            poptorch's text; a compiled graph cannot do it.
+            poptorch's text; a compiled graph cannot do it. When the graph holds an operator poptorch cannot lower
+            or whose output shape depends on the values (see :func:`.lowering.check_traced_graph`).
+        torch._subclasses.fake_tensor.DynamicOutputShapeException: For indexing with a boolean mask.
     """
     tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
     fixed = {i: leaf for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)}
@@ -126,10 +133,11 @@ def trace(
     def traced(state_: list[torch.Tensor], *tensors: torch.Tensor) -> list[torch.Tensor]:
         full: list[Any] = [None] * len(leaves)
         for slot, tensor in strict_zip(tensor_slots, tensors):
-            full[slot] = tensor
+            full[slot] = narrow(tensor)
         for slot, value in fixed.items():
             full[slot] = value
-        output, loss = call(state_, full)
+        with Narrowing():
+            output, loss = call(state_, full)
         out_leaves, spec = flatten(output)
         shape["spec"] = spec
         shape["tensors"] = [i for i, leaf in enumerate(out_leaves) if isinstance(leaf, torch.Tensor)]
@@ -154,4 +162,5 @@ def trace(
         raise
     finally:
         torch.distributions.Distribution.set_default_validate_args(validate_args)
+    check_traced_graph(graph.graph, decomposed_calls or [])
     return Program(graph, shape["spec"], shape["tensors"], shape["constants"], with_loss=shape["loss"])

@@ -19,9 +19,14 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .errors import Error
+from .lowering import decomposed_here
+from .narrowing import adapt_call
 
 __all__ = ["DeviceContext", "current_context", "final_loss", "running_on"]
 
+# The losses poptorch 3.4 lowers and marks as losses (popart_canonicalization/LossOps.cpp:636-652,
+# AtenHandlers.gen.cpp, RegisterOptionalAtenOps.cpp.inc): huber_loss, multi_margin_loss, multilabel_margin_loss and
+# gaussian_nll_loss have no lowering rule (poptorch_3_4_ops.json), so they are not losses on an IPU.
 _LOSS_FUNCTIONS = frozenset(
     getattr(F, name)
     for name in (
@@ -30,15 +35,11 @@ _LOSS_FUNCTIONS = frozenset(
         "cosine_embedding_loss",
         "cross_entropy",
         "ctc_loss",
-        "gaussian_nll_loss",
         "hinge_embedding_loss",
-        "huber_loss",
         "kl_div",
         "l1_loss",
         "margin_ranking_loss",
         "mse_loss",
-        "multi_margin_loss",
-        "multilabel_margin_loss",
         "multilabel_soft_margin_loss",
         "nll_loss",
         "poisson_nll_loss",
@@ -89,6 +90,8 @@ class DeviceContext:
         self.operators: dict[int, Counter[str]] = {}
         self.parameters: dict[int, set[str]] = {}
         self.losses: list[torch.Tensor] = []
+        # Operators poptorch would have recorded for torch functions this torch decomposes before dispatch.
+        self.decomposed_calls: list[str] = []
         # Whether a training executor compiles the model (for_loop and cond are for inference only).
         self.training = False
 
@@ -246,6 +249,10 @@ class _DeviceMode(TorchFunctionMode):
                 args = tuple(_upcast(arg) for arg in args)
                 kwargs = {key: _upcast(value) for key, value in kwargs.items()}
         self._context.check_inplace(name, args, kwargs)
+        args, kwargs = adapt_call(name, args, kwargs)
+        replaced = decomposed_here(name)
+        if replaced is not None:
+            self._context.decomposed_calls.append(replaced)
         out = func(*args, **kwargs)
         if isinstance(out, torch.Tensor):
             self._context.record(name, args, kwargs)
