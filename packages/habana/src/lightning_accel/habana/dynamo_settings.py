@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import logging
 import warnings
-from types import TracebackType
 from typing import Any
 
-from lightning.pytorch import Callback
-from typing_extensions import override
-
 from lightning_accel.core.errors import ConfigurationError
+
+from ._run_setting import RunSetting
 
 __all__ = ["DynamoSettings", "RecompileLimitWarning"]
 
@@ -63,7 +61,7 @@ def _check(name: str, value: Any, kind: type, accepted: str) -> None:
         raise ConfigurationError(f"DynamoSettings({name}={value!r}) is not accepted. Accepted: {accepted}.")
 
 
-class DynamoSettings(Callback):
+class DynamoSettings(RunSetting):
     """Set ``torch._dynamo.config`` for a run and restore it after; report functions that hit the recompile limit.
 
     The fields of optimum-habana's training arguments of the same names. ``None`` leaves a setting as it is.
@@ -162,27 +160,6 @@ class DynamoSettings(Callback):
             for name, value in self._saved.items():
                 setattr(config, name, value)
         self._saved = None
-
-    def __enter__(self) -> DynamoSettings:
-        self.apply()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.restore()
-
-    @override
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        self.apply()
-
-    @override
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        self.restore()
-
-    @override
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self.restore()
 
 
 def _retired(config: Any, name: str) -> bool:

@@ -9,16 +9,12 @@ sets it for a run and restores the previous value after.
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Any
-
-from lightning.pytorch import Callback
-from typing_extensions import override
+from ._run_setting import RunSetting
 
 __all__ = ["SDPOnBF16"]
 
 
-class SDPOnBF16(Callback):
+class SDPOnBF16(RunSetting):
     """Let torch's math attention reduce in bfloat16/float16 during a run (``sdp_on_bf16``), restored after.
 
     A ``Trainer`` callback, or a context manager around Fabric code.
@@ -49,20 +45,3 @@ class SDPOnBF16(Callback):
         if self._before is not None:
             torch._C._set_math_sdp_allow_fp16_bf16_reduction(self._before)
             self._before = None
-
-    def __enter__(self) -> SDPOnBF16:
-        self.apply()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.restore()
-
-    @override
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        self.apply()
-
-    @override
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        self.restore()
