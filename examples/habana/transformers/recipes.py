@@ -26,6 +26,12 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from lightning_accel.habana.optimum import OptimumHabanaCLI, OptimumImport, read_fields
 
+if os.environ.get("PT_HPU_LAZY_MODE") == "1":
+    # In lazy mode the Gaudi SDK loads at this import, not at `import torch`. transformers asks torch for its
+    # accelerator when it is imported, and torch keeps the first answer for the process: imported before the SDK, it
+    # would find no HPU, and the backward pass fails with "Cannot access accelerator device when none is available".
+    import habana_frameworks.torch.core  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 

@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-from lightning_accel.core.emulation import emulation_settings
-
 RECIPES = Path(__file__).resolve().parents[3] / "examples" / "habana" / "transformers"
 # Steps of 8 x 32 characters of data/corpus.txt; a tiny GPT-2's loss drops from about 4.6 to about 2.9 in 12 steps.
 SHORT = ["--training.max_steps", "8"]
@@ -55,17 +53,6 @@ def _recipe(
     return json.loads(lines[-1][len("RESULT ") :])
 
 
-# On the emulator, lazy mode fails in Trainer.fit's backward of these models: torch's autograd asks at::accelerator
-# for the current stream while it sums gradients (InputBuffer::add; likely the tied embeddings' two gradients), and
-# the emulated lazy device has none ("Cannot access accelerator device when none is available"). The same model trains
-# in a plain loop in lazy mode. An emulator defect, reported (issue 46); strict, so that its fix shows here.
-LAZY_ON_EMULATOR = pytest.mark.xfail(
-    emulation_settings().emulates("hpu"),
-    strict=True,
-    reason="emulator: lazy-mode backward inside Trainer.fit asks for an accelerator stream (issue 46)",
-)
-
-
 def _falls(losses: list[float]) -> None:
     first, last = sum(losses[:2]) / 2, sum(losses[-2:]) / 2
     assert last < first - 0.3, losses
@@ -93,14 +80,12 @@ def test_causal_lm_regional_compile_matches_eager(eager_clm: dict[str, Any], tmp
         assert abs(c - e) <= COMPILE_TOLERANCE, (step, compiled["losses"], eager_clm["losses"])
 
 
-@LAZY_ON_EMULATOR
 def test_causal_lm_lazy_mode_learns(tmp_path: Path) -> None:
     result = _recipe("run_clm.py", "lazy", tmp_path, lazy=True)
     assert result["lazy"] is True
     _falls(result["losses"])
 
 
-@LAZY_ON_EMULATOR
 def test_causal_lm_hpu_graphs_for_training_learns(tmp_path: Path) -> None:
     result = _recipe("run_clm.py", "hpu_graphs", tmp_path, lazy=True)
     assert "HPUGraphs" in result["callbacks"]
