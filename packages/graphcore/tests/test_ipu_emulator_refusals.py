@@ -25,6 +25,16 @@ UNSUPPORTED = (
 )
 
 
+# The emulator traces with the torch it runs on. From torch 2.1 on, repeat_interleave with an int count is recorded as
+# an operator poptorch has no rule for ("Unsupported ops found"); on torch 2.0.1, poptorch's own torch, it dispatches
+# as repeat_interleave.Tensor, which poptorch fails earlier, in type inference (the ipu_stack_tests session). torch
+# 2.0.1's gaussian_nll_loss takes no float variance at all.
+NEWER_TORCH = pytest.mark.skipif(
+    tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 1),
+    reason="expects torch 2.1 or later's recording of the call (torch 2.0.1 records another operator)",
+)
+
+
 class Head(torch.nn.Module):
     """A linear layer followed by ``tail(hidden, x)``."""
 
@@ -44,7 +54,7 @@ def _error_text(err: BaseException) -> str:
 @pytest.mark.parametrize(
     ("tail", "operator"),
     [
-        (lambda h, x: torch.repeat_interleave(h, 2, dim=0), "aten::repeat_interleave"),
+        pytest.param(lambda h, x: torch.repeat_interleave(h, 2, dim=0), "aten::repeat_interleave", marks=NEWER_TORCH),
         (lambda h, x: torch.linalg.inv(h + 4 * torch.eye(4)), "aten::linalg_inv_ex"),
     ],
     ids=["repeat_interleave_int", "linalg_inv"],
@@ -59,6 +69,7 @@ def test_an_operator_without_lowering_is_refused_at_compile(
     assert not executor.isCompiled()
 
 
+@NEWER_TORCH
 def test_every_unsupported_operator_is_listed_and_unused_ones_are_dropped(poptorch: ModuleType) -> None:
     def tail(h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         torch.linalg.inv(h + 4 * torch.eye(4))  # unused: poptorch's dead-code elimination drops it
@@ -170,6 +181,7 @@ def test_gaussian_nll_loss_reads_a_device_value(poptorch: ModuleType) -> None:
 
 
 @pytest.mark.emulator_only  # torch 2.0.1, poptorch 3.4's, takes no float variance
+@NEWER_TORCH
 def test_gaussian_nll_loss_is_not_a_loss_poptorch_finds(poptorch: ModuleType) -> None:
     executor = poptorch.trainingModel(Loss(lambda out, y: F.gaussian_nll_loss(out, y, 1.0)))
     with pytest.raises(poptorch.Error, match="Couldn't find a loss in graph!"):

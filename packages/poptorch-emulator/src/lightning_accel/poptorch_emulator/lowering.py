@@ -94,7 +94,8 @@ def lowers(op: torch._ops.OpOverload) -> bool:
     overload = f"{name}.{op._overloadname}" if op._overloadname != "default" else name
     if overload in data["intercepted"] or name in data["intercepted"]:
         return False
-    return any(op.has_kernel_for_dispatch_key(key) for key in _COMPOSITE_KEYS)
+    # The dispatcher's own query: OpOverload.has_kernel_for_dispatch_key is newer than poptorch's torch 2.0.1.
+    return any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in _COMPOSITE_KEYS)
 
 
 def _value(arg: Any) -> Any:

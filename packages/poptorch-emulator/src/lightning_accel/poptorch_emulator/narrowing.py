@@ -30,29 +30,36 @@ NARROWED = {torch.int64: torch.int32, torch.float64: torch.float32}
 _aten = torch.ops.aten
 # Operator -> position of the index argument its torch kernel wants as int64 (poptorch's list, with the forms
 # torch 2.13 records for the same calls).
+_WIDEN_NAMES = (
+    ("gather", "default", 2),
+    ("scatter", "src", 2),
+    ("scatter", "value", 2),
+    ("scatter", "reduce", 2),
+    ("scatter", "value_reduce", 2),
+    ("scatter_", "src", 2),
+    ("scatter_", "value", 2),
+    ("scatter_", "reduce", 2),
+    ("scatter_", "value_reduce", 2),
+    ("scatter_add", "default", 2),
+    ("scatter_add_", "default", 2),
+    ("scatter_reduce", "two", 2),
+    ("scatter_reduce_", "two", 2),
+    ("nll_loss_forward", "default", 1),
+    ("nll_loss2d_forward", "default", 1),
+    ("take_along_dim", "default", 1),
+    ("index", "Tensor", 1),
+    ("index_put", "default", 1),
+    ("index_put_", "default", 1),
+    ("_unsafe_index", "Tensor", 1),
+    ("index_select", "default", 2),
+    ("embedding", "default", 1),
+)
+# Looked up by name: an operator the running torch lacks (aten::_unsafe_index is newer than poptorch's torch 2.0.1)
+# cannot be recorded, so it needs no entry.
 _WIDEN = {
-    _aten.gather.default: 2,
-    _aten.scatter.src: 2,
-    _aten.scatter.value: 2,
-    _aten.scatter.reduce: 2,
-    _aten.scatter.value_reduce: 2,
-    _aten.scatter_.src: 2,
-    _aten.scatter_.value: 2,
-    _aten.scatter_.reduce: 2,
-    _aten.scatter_.value_reduce: 2,
-    _aten.scatter_add.default: 2,
-    _aten.scatter_add_.default: 2,
-    _aten.scatter_reduce.two: 2,
-    _aten.scatter_reduce_.two: 2,
-    _aten.nll_loss_forward.default: 1,
-    _aten.nll_loss2d_forward.default: 1,
-    _aten.take_along_dim.default: 1,
-    _aten.index.Tensor: 1,
-    _aten.index_put.default: 1,
-    _aten.index_put_.default: 1,
-    _aten._unsafe_index.Tensor: 1,
-    _aten.index_select.default: 2,
-    _aten.embedding.default: 1,
+    getattr(getattr(_aten, op), overload): position
+    for op, overload, position in _WIDEN_NAMES
+    if hasattr(_aten, op) and hasattr(getattr(_aten, op), overload)
 }
 
 
@@ -82,7 +89,8 @@ class Narrowing(TorchDispatchMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
-        if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+        # The dispatcher's own query: OpOverload.has_kernel_for_dispatch_key is newer than poptorch's torch 2.0.1.
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), torch._C.DispatchKey.CompositeImplicitAutograd):
             # A composite reaching the modes (the tracer decomposes it) runs its parts under this mode too.
             with self:
                 decomposed = func.decompose(*args, **kwargs)
