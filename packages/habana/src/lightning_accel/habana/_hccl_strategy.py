@@ -20,9 +20,11 @@ Every multi-HPU strategy of lightning-accel is a Lightning strategy (``DDPStrate
 - DDP must not pin device ids;
 - reductions with the operations HCCL supports (no average: the mean is sum / world size);
 - teardown restores the environment variables the HPU set-up wrote;
-- the process group this strategy created ends when the process exits, before the interpreter's teardown, as
-  Lightning does for NCCL (``_init_dist_connection``) but not for other backends: a group left to the interpreter's
-  teardown can abort the process ("terminate called without an active exception") after a run that succeeded;
+- after a Trainer run that succeeded, the process group this strategy created ends when the process exits, before
+  the interpreter's teardown, as Lightning does for NCCL (``_init_dist_connection``) but not for other backends: a
+  group left to the interpreter's teardown can abort the process ("terminate called without an active exception")
+  after a run that succeeded. Not after a failed run: ending a group whose peer died can crash the process
+  (segmentation fault) before the rank watch has said which rank died;
 - when Lightning launches the ranks itself, a rank that dies ends the run with a message naming it
   (:mod:`lightning_accel.core.rank_watch`).
 
@@ -50,6 +52,10 @@ from ._distributed_env import HCCLEnvironment, forget_sdk_rendezvous_defaults
 __all__ = ["HCCLStrategyMixin"]
 
 
+# Set when a run of this process failed: its group may have lost a peer, and must then be left alone at exit.
+_run_failed = False
+
+
 @functools.cache
 def _end_process_group_at_exit() -> None:
     # Once per process, however many strategies join.
@@ -57,6 +63,8 @@ def _end_process_group_at_exit() -> None:
 
 
 def _end_process_group() -> None:
+    if _run_failed:
+        return
     # A Ctrl-C here would leave the group half-destroyed; the user's own destroy_process_group may have run first.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -129,10 +137,9 @@ class HCCLStrategyMixin(RequiresHPUAccelerator):
         self._hccl.initialize(world_size, global_rank, local_rank)
         # In a rank (or under SLURM, where nobody launched the ranks in this process) the SDK may have loaded since.
         forget_sdk_rendezvous_defaults()
-        joined_here = not torch.distributed.is_initialized()  # Lightning leaves a group the user made alone
+        # Lightning leaves a group the user made alone, and so does the exit handler (see teardown).
+        self.__dict__["_joined_group"] = not torch.distributed.is_initialized()
         init_dist_connection(self.cluster_environment, self.process_group_backend, timeout=self._timeout)
-        if joined_here:
-            _end_process_group_at_exit()
 
     def setup_distributed(self) -> None:
         """(Trainer) Join the ``"hccl"`` process group as Lightning's DDP does, without an index-less ``device_id``."""
@@ -173,8 +180,19 @@ class HCCLStrategyMixin(RequiresHPUAccelerator):
         """
         return all_reduce(tensor, group=group, reduce_op=reduce_op)
 
+    def on_exception(self, exception: BaseException) -> None:
+        """(Trainer) Remember that the run failed: its process group is then not ended at exit (see the module)."""
+        global _run_failed
+        _run_failed = True
+        super().on_exception(exception)  # type: ignore[misc]
+
     def teardown(self) -> None:
-        """Tear down as the Lightning strategy does, then undo the environment variables the HPU set-up wrote."""
+        """Tear down as the Lightning strategy does, then undo the environment variables the HPU set-up wrote.
+
+        After a run that did not fail, the process group this strategy created is ended when the process exits.
+        """
+        if self.__dict__.get("_joined_group") and not _run_failed:
+            _end_process_group_at_exit()
         super().teardown()  # type: ignore[misc]
         self._hccl.restore()
         rank_watch.finish_run()
