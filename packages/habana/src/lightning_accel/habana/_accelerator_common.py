@@ -9,6 +9,7 @@ import torch
 from lightning_utilities.core.rank_zero import rank_zero_warn
 
 from . import _devices, sdk, versions
+from ._autograd_exit import finish_autograd_at_exit
 
 if TYPE_CHECKING:
     from lightning_accel.core.compat import AcceleratorRegistryType
@@ -47,11 +48,15 @@ class HPUDevices:
     def setup_device(self, device: torch.device) -> None:
         """Check that ``device`` holds HPU tensors and make it the current HPU.
 
+        Also registers, once per process, an exit handler that lets the HPU's autograd thread finish with the last
+        backward before the interpreter ends (see ``_autograd_exit``).
+
         Raises:
             ConfigurationError: When ``device`` is not an HPU.
         """
         _devices.check_and_set_device(device)
         _warn_about_torch_once()
+        finish_autograd_at_exit()
 
     def teardown(self) -> None:
         """Nothing to release: the runtime frees the device with the process."""
