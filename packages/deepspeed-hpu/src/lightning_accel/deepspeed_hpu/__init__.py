@@ -1,7 +1,8 @@
 """DeepSpeed on Intel Gaudi (HPU) for PyTorch Lightning: ``HPUDeepSpeedStrategy`` and its precision plugin.
 
 Importing this package is cheap: it imports neither torch, Lightning nor DeepSpeed; the public classes load on first
-access. The ``hpu_deepspeed*`` strategy names are registered into the Trainer by lightning-accel's core.
+access. The ``hpu_deepspeed*`` strategy names are registered into the Trainer and Fabric by lightning-accel's core;
+Fabric's strategy is :class:`lightning_accel.deepspeed_hpu.fabric.HPUDeepSpeedStrategy`.
 
 Example:
     >>> from lightning.pytorch import Trainer

@@ -16,12 +16,14 @@ from typing import Any
 from lightning_accel.core.errors import ConfigurationError
 
 __all__ = [
+    "ARGUMENT_DEFAULTS",
     "CONFIG_PATH_VAR",
     "STAGES",
     "check_against_arguments",
     "check_batch_size",
     "check_nvme_offload",
     "check_precision",
+    "explicit_arguments",
     "load_config",
     "validate_stage",
     "zero_stage",
@@ -45,6 +47,28 @@ _ZERO_ARGUMENTS = {
     "logging_batch_size_per_gpu": "train_micro_batch_size_per_gpu",
     "zero_optimization": "zero_optimization",
 }
+
+
+# Defaults of the strategy arguments that only shape the config Lightning builds (Trainer and Fabric alike).
+ARGUMENT_DEFAULTS: Mapping[str, Any] = {
+    "zero_optimization": True,
+    "stage": 2,
+    "offload_optimizer": False,
+    "offload_parameters": False,
+    "offload_params_device": "cpu",
+    "offload_optimizer_device": "cpu",
+    "nvme_path": "/local_nvme",
+    "cpu_checkpointing": False,
+    "partition_activations": False,
+    "contiguous_memory_optimization": False,
+    "synchronize_checkpoint_boundary": False,
+    "logging_batch_size_per_gpu": "auto",
+}
+
+
+def explicit_arguments(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of ``given`` (named as in :data:`ARGUMENT_DEFAULTS`) that differ from their defaults."""
+    return {name: value for name, value in given.items() if value != ARGUMENT_DEFAULTS[name]}
 
 
 def validate_stage(stage: Any, source: str = "stage") -> int:

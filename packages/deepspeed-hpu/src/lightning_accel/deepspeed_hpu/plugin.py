@@ -1,8 +1,8 @@
 """The plugin declaration of lightning-accel-deepspeed-hpu (cheap to import: no torch, Lightning or DeepSpeed).
 
-It registers the ``hpu_deepspeed*`` strategy names into the Trainer. The ``"hpu"`` accelerator itself comes from
-lightning-accel-habana, so this plugin is usable exactly when that one is (Gaudi hardware, or its emulator) and the
-``deepspeed`` package is installed.
+It registers the ``hpu_deepspeed*`` strategy names into the Trainer and into Fabric. The ``"hpu"`` accelerator itself
+comes from lightning-accel-habana, so this plugin is usable exactly when that one is (Gaudi hardware, or its
+emulator) and the ``deepspeed`` package is installed.
 """
 
 from __future__ import annotations
@@ -16,15 +16,22 @@ from lightning_accel.core.plugin import Availability, PluginSpec, StrategySpec, 
 __all__ = ["PLUGIN", "STRATEGY_NAMES", "availability"]
 
 _STRATEGY = "lightning_accel.deepspeed_hpu.strategy:HPUDeepSpeedStrategy"
+_FABRIC_STRATEGY = "lightning_accel.deepspeed_hpu.fabric:HPUDeepSpeedStrategy"
 _HABANA_PLUGIN = "lightning_accel.habana.plugin:PLUGIN"
 
 
 def _strategy(name: str, description: str, **init_params: Any) -> StrategySpec:
-    # Trainer only: DeepSpeed has no Fabric strategy for HPUs here. The base name stands for Lightning's
-    # DeepSpeedStrategy, so strategy="deepspeed_stage_3" with accelerator="hpu" is this strategy with stage=3.
+    # The base name stands for Lightning's DeepSpeedStrategy in the Trainer and in Fabric alike, so
+    # strategy="deepspeed_stage_3" with accelerator="hpu" is this strategy with stage=3 in both.
     replaces = "DeepSpeedStrategy" if name == "hpu_deepspeed" else ""
     return StrategySpec(
-        name, _STRATEGY, None, description, MappingProxyType(init_params), accelerator="hpu", replaces=replaces
+        name,
+        _STRATEGY,
+        _FABRIC_STRATEGY,
+        description,
+        MappingProxyType(init_params),
+        accelerator="hpu",
+        replaces=replaces,
     )
 
 

@@ -41,22 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["HPUDeepSpeedStrategy"]
 
-# Defaults of the arguments that only shape the config Lightning builds (see config.check_against_arguments).
-_CONFIG_ARGUMENT_DEFAULTS: dict[str, Any] = {
-    "zero_optimization": True,
-    "stage": 2,
-    "offload_optimizer": False,
-    "offload_parameters": False,
-    "offload_params_device": "cpu",
-    "offload_optimizer_device": "cpu",
-    "nvme_path": "/local_nvme",
-    "cpu_checkpointing": False,
-    "partition_activations": False,
-    "contiguous_memory_optimization": False,
-    "synchronize_checkpoint_boundary": False,
-    "logging_batch_size_per_gpu": "auto",
-}
-
 
 class HPUDeepSpeedStrategy(
     StagedCheckpoints, HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepAroundEvaluation, DeepSpeedStrategy
@@ -183,7 +167,7 @@ class HPUDeepSpeedStrategy(
             "synchronize_checkpoint_boundary": synchronize_checkpoint_boundary,
             "logging_batch_size_per_gpu": logging_batch_size_per_gpu,
         }
-        explicit = {name: value for name, value in given.items() if value != _CONFIG_ARGUMENT_DEFAULTS[name]}
+        explicit = ds_config.explicit_arguments(given)
         self._user_config = False
         super().__init__(
             accelerator=accelerator,
