@@ -400,6 +400,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_hpu_overhead.py")
     session.run("python", "benchmarks/bench_hpu_device.py")
     session.run("python", "benchmarks/bench_hpu_native_device.py")
+    session.run("python", "benchmarks/bench_hpu_autocast.py")
     session.run("python", "benchmarks/bench_hpu_regional_compile.py")
     session.run("python", "benchmarks/bench_ipu_device_iterations.py")
     session.run("python", "benchmarks/bench_zero_memory.py")

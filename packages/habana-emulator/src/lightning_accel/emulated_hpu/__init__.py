@@ -8,6 +8,8 @@ reference out-of-tree device (``torch_openreg``):
   index fails as the SDK's guard does), torch's HPU hooks, the HPU's own random generator, pinned host memory;
 - ``csrc/aten``: native factories, views, resizes and copies, and a boxed fallback that runs every other ATen
   operator with the CPU's own kernel on zero-copy aliases of the same memory; the identity of lazy mode's graphs;
+- ``csrc/amp``: the SDK's autocast kernels on ``AutocastHPU`` (one boxed kernel per cast policy), registered by the
+  emulated SDK at its load for the operators of its lists;
 - ``csrc/module.cpp``: what the emulated SDK's Python modules read (memory statistics, the default generator) and the
   listeners they set (the operators Gaudi runs on its CPU fallback, lazy mode's graphs).
 

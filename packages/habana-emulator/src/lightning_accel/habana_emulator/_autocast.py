@@ -12,6 +12,8 @@ Every rule here is the Gaudi bridge's (gaudi-pytorch-bridge 1.19.0, ``hpu_ops/au
   not ``out=``, no ``backward``) gets a kernel for the device's autocast key (``AutocastHPU``, as on Gaudi:
   the emulated device is c10's HPU); every other operator falls through. Operators are
   matched by their ATen name whatever Python spelling called them (``F.linear``, ``x @ w``, ``torch.mm``).
+  The kernels are C++, the emulated device's (``emulated_hpu/csrc/amp``), as the bridge's: a call under autocast
+  pays no Python. This module reads the lists and picks the overloads and their policies once, at load.
 * **Policies.** An operator in the lower-precision list casts its floating-point ``"hpu"`` inputs to the autocast
   dtype (``torch.autocast(..., dtype=)``), except ``layer_norm``, ``group_norm``, ``instance_norm`` and
   ``batch_norm``, which cast only their first input; otherwise an operator in the float32 list casts them to
@@ -32,11 +34,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from . import _native
 
 __all__ = [
     "DEFAULT_FP32_OPS",
@@ -92,9 +96,7 @@ _BLOCKLIST = frozenset(
 # gen_op.py registers only operators with a function variant (``at::name``); these are torch's namespaces of them.
 _FUNCTION_NAMESPACES = ("_VariableFunctions", "_nn", "_linalg", "_special", "_fft")
 
-_AUTOCAST_KEY = "AutocastHPU"
-_DEVICE_TYPE = "hpu"
-
+# The C++ device's CastPolicy names (the bridge's Hpu_CastPolicy).
 _LOWER, _LOWER_FIRST, _FP32, _PROMOTE = "lower_precision_fp", "lower_first_arg", "fp32", "promote"
 
 
@@ -146,8 +148,6 @@ def _load_list(variable: str, default: frozenset[str]) -> tuple[frozenset[str], 
 
 _lock = threading.Lock()
 _lists: AutocastLists | None = None
-_library: torch.library.Library | None = None
-_fallthrough: torch.library.Library | None = None
 
 
 def loaded_lists() -> AutocastLists:
@@ -162,22 +162,31 @@ def _read_lists() -> AutocastLists:
 
 
 def install() -> None:
-    """Read the lists and register the autocast kernels for ``"hpu"``; once per process (the SDK's load)."""
-    global _lists, _library, _fallthrough
+    """Read the lists and register the autocast kernels for ``"hpu"``; once per process (the SDK's load).
+
+    The kernels are the C++ device's (``csrc/amp``); this picks the operator overloads and their policies.
+    """
+    global _lists
     with _lock:
         if _lists is not None:
             return
         lists = _read_lists()
-        fallthrough = torch.library.Library("_", "IMPL")
-        fallthrough.fallback(torch.library.fallthrough_kernel, _AUTOCAST_KEY)
-        library = torch.library.Library("aten", "IMPL")
+        policies = _native.device().CastPolicy
+        operators: list[tuple[str, Any]] = []  # (overload name, the device's CastPolicy)
         for name in sorted(lists.lower | lists.fp32 | PROMOTE_OPS):
             policy = lists.policy(name)
             if policy is None:
                 continue
-            for op in _overloads(name):
-                library.impl(op, _kernel(op, policy), _AUTOCAST_KEY)
-        _lists, _library, _fallthrough = lists, library, fallthrough
+            operators.extend((_overload_name(op), getattr(policies, policy)) for op in _overloads(name))
+        _native.device().register_autocast(operators)
+        _lists = lists
+
+
+def _overload_name(op: torch._ops.OpOverload) -> str:
+    # "add.Tensor", or "linear" for the default overload: the name a registration in the aten namespace takes.
+    schema = op._schema
+    name = schema.name.removeprefix("aten::")
+    return f"{name}.{schema.overload_name}" if schema.overload_name else name
 
 
 def _overloads(name: str) -> Iterable[torch._ops.OpOverload]:
@@ -203,65 +212,3 @@ def _overloads(name: str) -> Iterable[torch._ops.OpOverload]:
             continue
         found.append(op)
     return found
-
-
-def _eligible(value: Any) -> bool:
-    # ATen is_eligible: a defined floating-point tensor of the autocast device, not float64.
-    return (
-        isinstance(value, torch.Tensor)
-        and value.device.type == _DEVICE_TYPE
-        and value.is_floating_point()
-        and value.dtype != torch.float64
-    )
-
-
-def _cast(value: Any, dtype: torch.dtype) -> Any:
-    if _eligible(value) and value.dtype != dtype:
-        return value.to(dtype)
-    if isinstance(value, (list, tuple)) and any(isinstance(item, torch.Tensor) for item in value):
-        return type(value)(_cast(item, dtype) for item in value)
-    return value
-
-
-def _tensors(values: Iterable[Any]) -> Iterable[torch.Tensor]:
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            yield from (item for item in value if isinstance(item, torch.Tensor))
-
-
-def _promoted(lower: torch.dtype, values: Iterable[Any]) -> torch.dtype:
-    # ATen prioritize: float64 inputs are ignored, float32 wins over the lower dtype, any other mix is an error.
-    current = lower
-    for tensor in _tensors(values):
-        if not _eligible(tensor):
-            continue
-        if tensor.dtype == torch.float32 or current == torch.float32:
-            current = torch.float32
-        elif not (current == lower and tensor.dtype == lower):
-            raise RuntimeError("Unexpected floating ScalarType in at::autocast::prioritize")
-    return current
-
-
-def _kernel(op: torch._ops.OpOverload, policy: str) -> Callable[..., Any]:
-    excluded = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, _AUTOCAST_KEY))  # missing from the stubs
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        lower = torch.get_autocast_dtype(_DEVICE_TYPE)
-        if policy == _LOWER_FIRST:
-            args = (_cast(args[0], lower), *args[1:]) if args else args
-        else:
-            if policy == _LOWER:
-                dtype = lower
-            elif policy == _FP32:
-                dtype = torch.float32
-            else:
-                dtype = _promoted(lower, (*args, *kwargs.values()))
-            args = tuple(_cast(value, dtype) for value in args)
-            kwargs = {key: _cast(value, dtype) for key, value in kwargs.items()}
-        with torch._C._ExcludeDispatchKeyGuard(excluded):
-            return op(*args, **kwargs)
-
-    kernel.__name__ = f"autocast_hpu_{op.__name__.replace('.', '_')}"
-    return kernel

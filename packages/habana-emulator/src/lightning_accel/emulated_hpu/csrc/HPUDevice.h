@@ -3,6 +3,7 @@
 // runtime/  allocator with exact accounting, device guard with the SDK's index rule, hooks, generator, pinned memory
 // aten/     native factories, views, copies and resizes; a boxed fallback that runs every other ATen operator with the
 //           backing device's own kernel on zero-copy aliases of the same memory; lazy mode's graph identity
+// amp/      the SDK's autocast kernels on AutocastHPU
 // module.cpp  the small Python surface the emulator's habana_frameworks modules sit on
 #pragma once
 
@@ -17,6 +18,8 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 namespace lightning_accel::hpu {
 
@@ -103,5 +106,13 @@ void set_lazy_graph_listener(LazyGraphHandler listener);
 [[noreturn]] void refuse_sparse(const std::string& op_name);
 // A result of layout ``layout`` (not strided) for the HPU: the sparse refusal, or MKL-DNN's, a CPU-only layout.
 [[noreturn]] void refuse_layout(const std::string& op_name, c10::Layout layout);
+
+// --- amp/Autocast.cpp ------------------------------------------------------------------------------------------
+// The bridge's cast policies (autocast_helpers.h Hpu_CastPolicy): all floating HPU inputs to the autocast dtype, to
+// float32, to the widest among them, or only the first input to the autocast dtype.
+enum class CastPolicy : uint8_t { lower_precision_fp, fp32, promote, lower_first_arg };
+// Registers on AutocastHPU the kernel of its policy for each operator overload ("add.Tensor", "linear"), and a
+// fallthrough for every other operator. Once per process (the SDK's load); a second call is an error.
+void register_autocast(const std::vector<std::pair<std::string, CastPolicy>>& operators);
 
 }  // namespace lightning_accel::hpu

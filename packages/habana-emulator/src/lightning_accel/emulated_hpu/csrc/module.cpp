@@ -102,6 +102,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "End the graph being built (a step mark) and report it, unless it is empty.");
   m.def("discard_lazy_graph", &lightning_accel::hpu::discard_lazy_graph,
         "Forget the graph being built without reporting it.");
+  pybind11::enum_<lightning_accel::hpu::CastPolicy>(m, "CastPolicy")
+      .value("lower_precision_fp", lightning_accel::hpu::CastPolicy::lower_precision_fp)
+      .value("fp32", lightning_accel::hpu::CastPolicy::fp32)
+      .value("promote", lightning_accel::hpu::CastPolicy::promote)
+      .value("lower_first_arg", lightning_accel::hpu::CastPolicy::lower_first_arg);
+  m.def("register_autocast", &lightning_accel::hpu::register_autocast, pybind11::arg("operators"),
+        "Register the SDK's autocast kernels on AutocastHPU: `operators` is a list of (ATen overload name, "
+        "CastPolicy), e.g. ('add.Tensor', CastPolicy.promote); every other operator falls through. Once per process.");
   m.def("default_generator", &lightning_accel::hpu::default_generator,
         "The HPU's default generator, a torch.Generator of device 'hpu'.");
 }
