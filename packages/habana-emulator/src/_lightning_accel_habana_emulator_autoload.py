@@ -65,20 +65,33 @@ def load_emulated_sdk() -> None:
 def _raise_at_first_use(error: Exception) -> None:
     """Make torch's first use of "hpu" raise ``error``, the failed load's, instead of "No module named 'torch.hpu'".
 
-    torch imports the module ``torch.hpu`` and calls its ``_lazy_init()`` before it makes the first "hpu" tensor: a
-    stand-in module there raises the error. It is only in ``sys.modules``, not the attribute ``torch.hpu``, so a later
-    load of the emulated SDK (``import habana_frameworks.torch``) registers the real module over it as usual.
+    torch imports the module ``torch.hpu`` and calls its ``_lazy_init()`` before it makes the first "hpu" tensor, and
+    users and torch's own test instantiation ask ``torch.hpu.is_available()``: a stand-in module, in ``sys.modules``
+    and as the attribute ``torch.hpu``, answers ``is_available()`` with ``False`` (as the SDK's, which never raises,
+    answers when its device cannot be opened) and raises the error for every other name. A later load of the emulated
+    SDK (``import habana_frameworks.torch``) recognises the stand-in and registers the real module over it.
     """
     import sys
     import types
 
+    import torch
+
     class _NotLoaded(types.ModuleType):
+        # How the emulated SDK's load tells this stand-in from another Gaudi stack's torch.hpu.
+        lightning_accel_failed_load = True
+
+        def is_available(self) -> bool:
+            return False
+
         def __getattr__(self, name: str) -> object:
             if name.startswith("__"):  # introspection (hasattr(module, "__path__") ...) sees a plain module
                 raise AttributeError(name)
             raise error.with_traceback(None)
 
-    if "torch.hpu" not in sys.modules:
-        sys.modules["torch.hpu"] = _NotLoaded(
-            "torch.hpu", f"The emulated Habana SDK failed to load at `import torch`: {type(error).__name__}: {error}"
-        )
+    if "torch.hpu" in sys.modules or hasattr(torch, "hpu"):
+        return
+    stand_in = _NotLoaded(
+        "torch.hpu", f"The emulated Habana SDK failed to load at `import torch`: {type(error).__name__}: {error}"
+    )
+    sys.modules["torch.hpu"] = stand_in
+    torch.hpu = stand_in  # type: ignore[attr-defined]

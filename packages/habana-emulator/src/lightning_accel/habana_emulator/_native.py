@@ -161,6 +161,10 @@ def install(hpu_module: ModuleType, lazy: bool) -> None:
         if _device is not None:
             return
         existing = getattr(torch, "hpu", None)
+        if getattr(type(existing), "lightning_accel_failed_load", False):
+            # The stand-in a failed load at `import torch` left (it raises that load's error): this load replaces it.
+            del torch.hpu  # type: ignore[attr-defined]
+            existing = None
         if existing is not None and existing is not hpu_module:
             raise RuntimeError(
                 f"torch.hpu is already {existing!r}: another Gaudi stack (the real SDK?) is loaded in this process, "

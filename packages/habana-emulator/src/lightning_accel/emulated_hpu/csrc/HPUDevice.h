@@ -38,6 +38,9 @@ struct MemoryStats {
   int64_t active_allocs = 0;   // live storages
   int64_t max_alloc_size = 0;  // largest single storage
   int64_t limit = 0;           // bytes the device may hold; 0 means no limit
+  int64_t bytes_allocated = 0;  // bytes of every storage that entered the device
+  int64_t bytes_freed = 0;      // bytes of every storage that left it
+  int64_t num_ooms = 0;         // allocations refused because the device was full
 };
 MemoryStats memory_stats();
 void reset_peak_memory_stats();
@@ -46,7 +49,8 @@ void set_memory_limit(int64_t bytes);
 // A DataPtr on hpu:0 that owns `backing` (memory of the backing device) and counts `nbytes` while it lives.
 c10::DataPtr wrap_backing(c10::DataPtr backing, size_t nbytes);
 
-// Pinned host memory (tensor.pin_memory("hpu")): host memory the hooks recognise as pinned.
+// Pinned host memory (tensor.pin_memory("hpu")): torch's host allocator of DeviceType::HPU (at::getHostAllocator),
+// host memory the hooks recognise as pinned.
 c10::Allocator* pinned_allocator();
 bool is_pinned_ptr(const void* ptr);
 

@@ -95,7 +95,8 @@ class device:
     """
 
     def __init__(self, device: Any) -> None:
-        index = _index_of(device) if device is not None else 0
+        # An index-less "hpu" is the current device, 0 (the SDK's _get_device_index asks current_device()).
+        index = _index_of(device) if _has_index(device) else 0
         module = int(os.environ.get(HLS_MODULE_ID_VAR) or -1)
         if index != 0 and index != module:
             # The SDK's own assertion and text (hpu/__init__.py:367-372).
@@ -108,6 +109,17 @@ class device:
 
     def __exit__(self, type: Any, value: Any, traceback: Any) -> Literal[False]:
         return False
+
+
+def _has_index(device: Any) -> bool:
+    if device is None:
+        return False
+    if isinstance(device, (str, torch.device)):
+        try:
+            return torch.device(device).index is not None
+        except (RuntimeError, TypeError):
+            return True  # _index_of refuses it with its message
+    return True
 
 
 class device_of(device):

@@ -134,21 +134,40 @@ def module_id() -> int:
 def set_device(device: int | str | torch.device) -> None:
     """Select the module this process drives (its tensors stay on ``hpu:0``, see :func:`current_device`).
 
-    With ``HABANA_VISIBLE_MODULES`` set and ``HLS_MODULE_ID`` not, the index names one of the visible modules and
-    ``HLS_MODULE_ID`` is set to it, as the SDK does.
+    Each process sees one HPU, ``hpu:0``, so an index other than 0 is refused as ``"hpu:1"`` is, unless it names a
+    module as the SDK lets it: with ``HABANA_VISIBLE_MODULES`` set, the index names one of the visible modules and
+    ``HLS_MODULE_ID`` is set to it (when not already set to another one), as the SDK does.
 
     Raises:
         ValueError: When the index is outside ``range(device_count())``.
+        RuntimeError: When the index is not 0 and names no module this process may drive: the device guard's words
+            for ``hpu:N``, and how to choose a module instead.
+
+    Example:
+        >>> import habana_frameworks.torch.hpu as hpu  # doctest: +SKIP
+        >>> hpu.set_device(0)  # doctest: +SKIP
     """
     global _current
     index = _index_of(device)
     _check_index(index, "device")
+    visible = [part.strip() for part in os.environ.get(HABANA_VISIBLE_MODULES_VAR, "").split(",") if part.strip()]
+    pinned = os.environ.get(HLS_MODULE_ID_VAR, "").strip()
+    module = visible[index] if visible else str(index)
+    if index != 0 and not (visible and (not pinned or pinned == module)):
+        # Accepting it would leave hpu.device(...) and torch.load(map_location="hpu") to fail later with the SDK's
+        # "Requested device_id=N is different from env_device_id=M".
+        drives = f"module {pinned} (HLS_MODULE_ID={pinned})" if pinned else "the module the runtime picked"
+        raise RuntimeError(
+            f"torch.hpu.set_device(device={device!r}) is refused: habana active device: {index} != 0. Each process "
+            f"sees one HPU, hpu:0, and this one drives {drives}. Use set_device(0) or the device 'hpu'; choose the "
+            f"module before the process starts, with {HLS_MODULE_ID_VAR}, or with {HABANA_VISIBLE_MODULES_VAR} "
+            "(set_device's index then names one of its modules)."
+        )
     _current = index
-    visible = os.environ.get(HABANA_VISIBLE_MODULES_VAR, "").strip()
-    if visible and HLS_MODULE_ID_VAR not in os.environ:
+    if visible and not pinned:
         # As the SDK's set_device (habana_frameworks/torch/hpu/__init__.py, gaudi-pytorch-bridge 1.19.0): the index
         # names a module of HABANA_VISIBLE_MODULES, which HLS_MODULE_ID pins for the runtime.
-        os.environ[HLS_MODULE_ID_VAR] = [part.strip() for part in visible.split(",") if part.strip()][index]
+        os.environ[HLS_MODULE_ID_VAR] = module
 
 
 def synchronize() -> None:
