@@ -160,6 +160,22 @@ MAPPED: dict[str, tuple[Any, dict[str, Any], Check]] = {
     "pipelining_fwd_bwd": (True, {}, lambda r: r.pipelining),
     "adjust_throughput": (True, {}, lambda r: r.adjust_throughput),
     "sdp_on_bf16": (True, {}, lambda r: r.sdp_on_bf16),
+    "use_zero3_leaf_promotion": (
+        True,
+        {"deepspeed": {"zero_optimization": {"stage": 3}}},
+        lambda r: "zero3_leaf_promotion" in r.model_setup,
+    ),
+    "minimize_memory": (True, {"fp8": True}, lambda r: "fp8_minimize_memory" in r.model_setup),
+    "throughput_warmup_steps": (
+        3,
+        {"gradient_accumulation_steps": 2},
+        lambda r: r.throughput_warmup_batches == 6,
+    ),
+    "distribution_strategy": (
+        "fast_ddp",
+        {},
+        lambda r: r.strategy == ("fast_ddp", {"timeout": timedelta(seconds=1800), "buffer_dtype": "bfloat16"}),
+    ),
 }
 
 
@@ -219,12 +235,11 @@ def test_refused_field_stops_the_import_with_its_reason(source: str, name: str, 
 
 def test_refusals_are_listed_together() -> None:
     with pytest.raises(ConfigurationError) as raised:
-        import_optimum_habana(None, {"adafactor": True, "distribution_strategy": "fast_ddp"})
+        import_optimum_habana(None, {"adafactor": True, "data_seed": 3})
     assert str(raised.value) == (
         "training_args: these settings have no lightning-accel equivalent and are refused rather than dropped:\n"
         "  adafactor=True: Adafactor is not supported yet (issue 46) (accepted: the default, False)\n"
-        "  distribution_strategy='fast_ddp': 'fast_ddp' is not supported yet (issue 46) (accepted: the default, "
-        "'ddp')\n"
+        "  data_seed=3: a separate sampler seed is not supported yet (issue 46) (accepted: the default, None)\n"
         "Remove them (or set them to their default) to import the rest."
     )
 

@@ -294,3 +294,72 @@ def test_fused_clip_norm_refuses_what_would_not_clip() -> None:
     )
     with pytest.raises(ConfigurationError, match=r"gradient_clip_algorithm='value': the SDK's FusedClipNorm"):
         trainer.fit(_Regression(), _loader())
+
+
+# ------------------------------------------------------------------------------------------ throughput warm-up
+
+
+def test_throughput_warmup_steps_leave_the_first_optimizer_steps_out(eager_mode: None, tmp_path: Any) -> None:
+    from lightning_accel.core.callbacks import ThroughputAfterWarmup
+    from lightning_accel.habana.optimum import import_optimum_habana
+
+    # 2 optimizer steps of 2 batches each: optimum-habana starts its clock after 4 batches.
+    arguments = {
+        "throughput_warmup_steps": 2,
+        "gradient_accumulation_steps": 2,
+        "use_lazy_mode": False,
+        "save_strategy": "no",
+        "report_to": "none",
+        "output_dir": str(tmp_path),
+    }
+    with pytest.raises(ConfigurationError, match=r"throughput_warmup_steps > 0: pass trainer_kwargs\(batch_size_fn="):
+        import_optimum_habana(None, arguments).trainer_kwargs()
+    reported = {}
+    for steps in (2, 3):
+        run = import_optimum_habana(None, {**arguments, "max_steps": steps})
+        kwargs = run.trainer_kwargs(batch_size_fn=lambda batch: batch[0].shape[0])
+        (warmup,) = [c for c in kwargs["callbacks"] if isinstance(c, ThroughputAfterWarmup)]
+        trainer = Trainer(**{**kwargs, "enable_progress_bar": False, "enable_model_summary": False})
+        trainer.fit(_Regression(), _loader(n=32, batch_size=4))
+        reported[steps] = sorted(warmup.metrics)
+    # 2 steps are all warm-up (nothing to report); a third step is measured.
+    assert reported == {2: [], 3: ["train_samples_per_second", "train_steps_per_second"]}
+
+
+def test_throughput_warmup_steps_refuse_what_they_cannot_report() -> None:
+    from lightning_accel.habana.optimum import import_optimum_habana
+
+    with pytest.raises(ConfigurationError) as raised:
+        import_optimum_habana(None, {"throughput_warmup_steps": 3, "adjust_throughput": True})
+    assert str(raised.value).startswith(
+        "training_args: throughput_warmup_steps with adjust_throughput=True is not supported yet (issue 46)"
+    )
+    with pytest.raises(ConfigurationError, match=r"throughput_warmup_steps=-1 is not accepted. Accepted: an int >= 0"):
+        import_optimum_habana(None, {"throughput_warmup_steps": -1})
+
+
+# ------------------------------------------------------------------------------------------ fp8 minimize_memory
+
+
+def test_minimize_memory_reaches_the_fp8_layers(tmp_path: Any) -> None:
+    from lightning_accel.habana.optimum import import_optimum_habana
+
+    te = sdk.transformer_engine_module()
+    flags = {}
+    for minimize in (False, True):
+        run = import_optimum_habana(None, {"fp8": True, "minimize_memory": minimize}, workdir=tmp_path)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        run.prepare_model(model)
+        flags[minimize] = [m.minimize_memory for m in model.modules() if isinstance(m, te.Linear)]
+    # The SDK's Linear reads the flag at each forward: True casts the fp8 weight again in backward.
+    assert flags == {False: [False, False], True: [True, True]}
+
+
+def test_minimize_memory_refuses_what_would_not_use_it(tmp_path: Any) -> None:
+    from lightning_accel.habana.optimum import import_optimum_habana
+
+    with pytest.raises(ConfigurationError, match=r"minimize_memory=True without fp8=True: it steers the SDK's fp8"):
+        import_optimum_habana(None, {"minimize_memory": True})
+    run = import_optimum_habana(None, {"fp8": True, "minimize_memory": True}, workdir=tmp_path)
+    with pytest.raises(ConfigurationError, match=r"minimize_memory=True, but ReLU has no fp8 Linear layer"):
+        run.prepare_model(torch.nn.ReLU())

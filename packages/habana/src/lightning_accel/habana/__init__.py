@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from .profiler import HPUProfiler
     from .sdp_settings import SDPOnBF16
     from .strategies import HPUFSDPStrategy, HPUModelParallelStrategy, HPUParallelStrategy, SingleHPUStrategy
+    from .strategies.fast_ddp import HPUFastDDPStrategy
 
 __all__ = [
     "AdjustedThroughputMonitor",
@@ -61,6 +62,7 @@ __all__ = [
     "HPUCompile",
     "HPUCompileMetrics",
     "HPUFSDPPrecision",
+    "HPUFastDDPStrategy",
     "HPUFSDPStrategy",
     "HPUFusedClipNorm",
     "HPUGradScaler",
@@ -99,6 +101,7 @@ __getattr__, __dir__ = lazy_exports(
         "HPUCompileMetrics": ".compile_metrics",
         "HPUFSDPPrecision": ".fsdp_precision",
         "HPUFSDPStrategy": ".strategies",
+        "HPUFastDDPStrategy": ".strategies.fast_ddp",
         "HPUGradScaler": ".grad_scaler",
         "HPUGraphs": ".graphs",
         "HPUModelParallelStrategy": ".strategies",

@@ -58,6 +58,11 @@ PLUGIN = PluginSpec(
             description="Alias of hpu_parallel",
         ),
         StrategySpec(
+            name="hpu_fast_ddp",
+            trainer=f"{_PKG}.strategies.fast_ddp:HPUFastDDPStrategy",
+            description="optimum-habana's fast_ddp: one all-reduce of all gradients per update, no DDP wrapper",
+        ),
+        StrategySpec(
             name="hpu_fsdp",
             trainer=f"{_PKG}.strategies.fsdp:HPUFSDPStrategy",
             fabric=f"{_PKG}.fabric.fsdp:HPUFSDPStrategy",

@@ -144,7 +144,7 @@ class OptimumImport:
         compile: ``HPUCompile`` arguments, or ``None``.
         graphs: ``HPUGraphs`` arguments, or ``None``.
         profiler: ``HPUProfiler`` arguments, or ``None``.
-        strategy: ``("single" | "ddp" | "fsdp" | "deepspeed", arguments)``.
+        strategy: ``("single" | "ddp" | "fast_ddp" | "fsdp" | "deepspeed", arguments)``.
         trainer: Plain ``Trainer`` arguments.
         checkpoint: ``ModelCheckpoint`` arguments, or ``None`` (checkpointing off).
         logger: ``"default"``, ``"off"`` or ``("tensorboard", save_dir)``.
@@ -152,7 +152,8 @@ class OptimumImport:
         scheduler: Scheduler settings (``name``, ``warmup_steps``, ``warmup_ratio``).
         dataloaders: ``DataLoader`` arguments for ``"train"`` and ``"eval"``.
         model_kwargs: Arguments for ``from_pretrained`` / the model config (``attn_implementation``).
-        model_setup: What :meth:`prepare_model` applies (gradient checkpointing, FusedSDPA, fp8 layers).
+        model_setup: What :meth:`prepare_model` applies (gradient checkpointing, FusedSDPA, fp8 layers and their
+            ``minimize_memory``, ZeRO-3 leaf blocks).
         seed: The seed ``trainer_kwargs()`` seeds with.
         tokens_per_second: Whether throughput is also reported in tokens (``length_fn`` needed).
         dynamo: ``DynamoSettings`` arguments (``cache_size_limit``, ...), or ``None``.
@@ -160,6 +161,9 @@ class OptimumImport:
         adjust_throughput: Whether throughput leaves out validation and checkpoint time
             (``AdjustedThroughputMonitor``).
         sdp_on_bf16: Whether torch's math attention reduces in bfloat16 during the run (``SDPOnBF16``).
+        warmup: Under DeepSpeed, the scheduler warm-up arguments that fill its config's ``"auto"`` step counts.
+        throughput_warmup_batches: Training batches left out of the throughput summary (``ThroughputAfterWarmup``);
+            ``throughput_warmup_steps`` times ``gradient_accumulation_steps``, as optimum-habana counts them.
         validate_in_fit: Whether ``fit`` validates (``eval_strategy`` other than ``"no"``); ``trainer.validate``
             runs either way.
         workdir: Where operator list files are written.
@@ -197,6 +201,8 @@ class OptimumImport:
     pipelining: bool = False
     adjust_throughput: bool = False
     sdp_on_bf16: bool = False
+    throughput_warmup_batches: int = 0
+    warmup: dict[str, Any] = dataclasses.field(default_factory=dict)
     validate_in_fit: bool = False
     workdir: Path = Path(".")
     given: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
@@ -302,6 +308,11 @@ class OptimumImport:
             from lightning_accel.habana.sdp_settings import SDPOnBF16
 
             found.append(SDPOnBF16())
+        if self.strategy[0] == "deepspeed":
+            from ._deepspeed import DeepSpeedAutoFill, pending_auto_keys
+
+            if pending_auto_keys(self.strategy[1]["config"]):
+                found.append(DeepSpeedAutoFill(self.warmup))
         return found
 
     def _strategy(self, devices: int | str) -> Any:
@@ -321,6 +332,13 @@ class OptimumImport:
             return HPUFSDPStrategy(**arguments)
         if devices == 1:
             return "auto"
+        if kind == "fast_ddp":
+            import torch
+
+            from lightning_accel.habana.strategies.fast_ddp import HPUFastDDPStrategy
+
+            settings = dict(arguments)
+            return HPUFastDDPStrategy(**{**settings, "buffer_dtype": getattr(torch, settings["buffer_dtype"])})
         from lightning_accel.habana.strategies import HPUParallelStrategy
 
         return HPUParallelStrategy(**arguments)
@@ -364,6 +382,16 @@ class OptimumImport:
                 "AdjustedThroughputMonitor reports throughput without validation and checkpoint time; or drop the "
                 "field."
             )
+        if self.throughput_warmup_batches and batch_size_fn is None:
+            raise ConfigurationError(
+                "throughput_warmup_steps > 0: pass trainer_kwargs(batch_size_fn=...), the samples of a batch, so that "
+                "ThroughputAfterWarmup reports train_samples_per_second without the warm-up steps; or drop the field."
+            )
+        if self.throughput_warmup_batches:
+            from lightning_accel.core.callbacks import ThroughputAfterWarmup
+
+            assert batch_size_fn is not None
+            callbacks.append(ThroughputAfterWarmup(self.throughput_warmup_batches, batch_size_fn, length_fn))
         if batch_size_fn is not None and self.adjust_throughput:
             from lightning_accel.habana.adjusted_throughput import AdjustedThroughputMonitor
 
@@ -462,7 +490,7 @@ class OptimumImport:
         return dict(self.dataloaders[split])
 
     def prepare_model(self, model: torch.nn.Module) -> list[Any]:
-        """Apply what the arguments ask of the model: gradient checkpointing, FusedSDPA, fp8 layers.
+        """Apply what the arguments ask of the model: gradient checkpointing, FusedSDPA, fp8 layers, ZeRO-3 leaves.
 
         Returns:
             Handles to undo (``remove()``) where there are any (the FusedSDPA handle).
@@ -484,8 +512,68 @@ class OptimumImport:
         if "fp8" in setup:
             plugin = self.precision_plugin()
             model = plugin.convert_modules(model, replace_layers=True)
+        if "fp8_minimize_memory" in setup:
+            _minimize_fp8_memory(model)
+        if "zero3_leaf_promotion" in setup:
+            _promote_zero3_leaves(model)
         self._prepared.add(id(model))
         return handles
+
+
+def _minimize_fp8_memory(model: torch.nn.Module) -> None:
+    # optimum-habana builds its Transformer Engine layers with minimize_memory=True (PT_HPU_FP8_MINIMIZE_MEMORY); the
+    # SDK's Linear reads the attribute at each forward, so setting it on the converted layers has the same effect: the
+    # fp8 weight is cast again in backward instead of being kept from forward.
+    from lightning_accel.habana import sdk
+
+    linear = sdk.transformer_engine_module().Linear
+    layers = [m for m in model.modules() if isinstance(m, linear)]
+    if not layers:
+        raise ConfigurationError(
+            f"minimize_memory=True, but {type(model).__name__} has no fp8 Linear layer (transformer_engine.Linear) "
+            "after the fp8 conversion, so nothing would use it. Give prepare_model the model with torch.nn.Linear "
+            "layers, or drop the field."
+        )
+    for layer in layers:
+        layer.minimize_memory = True
+
+
+# The blocks optimum-habana's apply_zero3_leaf_promotion makes ZeRO-3 leaves, per model type (transformers' classes,
+# of which optimum-habana's Gaudi* classes are subclasses).
+_ZERO3_LEAVES = {
+    "llama": "LlamaDecoderLayer",
+    "mixtral": "MixtralSparseMoeBlock",
+    "qwen3_moe": "Qwen3MoeSparseMoeBlock",
+}
+
+
+def _promote_zero3_leaves(model: torch.nn.Module) -> None:
+    # A ZeRO-3 leaf gathers its parameters once for the whole block instead of per submodule: fewer, larger
+    # all-gathers (and no hooks inside the block, which MoE blocks that skip experts need).
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in _ZERO3_LEAVES:
+        raise ConfigurationError(
+            f"use_zero3_leaf_promotion=True: the model's type ({type(model).__name__}, config.model_type="
+            f"{model_type!r}) has no registered leaf block (optimum-habana skips it then, without a word). Accepted: "
+            f"a transformers model of type {', '.join(sorted(_ZERO3_LEAVES))}; for another model call DeepSpeed's "
+            "deepspeed.utils.set_z3_leaf_modules(model, [YourBlock]) yourself and drop the field."
+        )
+    name = _ZERO3_LEAVES[model_type]
+    classes = sorted({type(m) for m in model.modules() if any(c.__name__ == name for c in type(m).__mro__)}, key=str)
+    if not classes:
+        raise ConfigurationError(
+            f"use_zero3_leaf_promotion=True: the {model_type} model holds no {name}, so no block would be a leaf. Give "
+            "prepare_model the transformers model itself."
+        )
+    try:
+        from deepspeed.utils import set_z3_leaf_modules
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"use_zero3_leaf_promotion=True needs DeepSpeed, which is not installed ({exc}). Install it: pip install "
+            "'lightning-accel[deepspeed-hpu]'."
+        ) from exc
+    set_z3_leaf_modules(model, classes)
 
 
 class _NoValidationInFit:
@@ -654,8 +742,11 @@ def _build(config_given: dict[str, Any], args_given: dict[str, Any], workdir: An
 
     # Strategy.
     if deepspeed:
-        ds = a["deepspeed"]
-        run.strategy = ("deepspeed", {"config": ds if isinstance(ds, dict) else str(ds)})
+        from ._deepspeed import fill_from_arguments
+
+        # "auto" values filled from the arguments, as transformers' HfTrainerDeepSpeedConfig does.
+        run.strategy = ("deepspeed", {"config": fill_from_arguments(a["deepspeed"], a)})
+        run.warmup = {"warmup_steps": a["warmup_steps"], "warmup_ratio": a["warmup_ratio"]}
     elif a["fsdp"] not in ("", [], None, False):
         options = a["fsdp"].split() if isinstance(a["fsdp"], str) else list(a["fsdp"])
         sharding = [o for o in options if o in _FSDP_SHARDING]
@@ -679,6 +770,7 @@ def _build(config_given: dict[str, Any], args_given: dict[str, Any], workdir: An
         if a["ddp_broadcast_buffers"] is not None:
             ddp["broadcast_buffers"] = bool(a["ddp_broadcast_buffers"])
         run.strategy = ("ddp", ddp)
+    _distribution(run, a, deepspeed)
 
     # Trainer loop settings.
     trainer = run.trainer
@@ -803,7 +895,50 @@ def _knobs(run: OptimumImport, a: Mapping[str, Any]) -> None:
             )
         run.pipelining = True
     run.adjust_throughput = bool(a["adjust_throughput"])
+    warmup = a["throughput_warmup_steps"]
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise _refuse(
+            f"training_args: throughput_warmup_steps={warmup!r} is not accepted. Accepted: an int >= 0, the optimizer "
+            "steps left out of the throughput (0: none)."
+        )
+    if warmup and run.adjust_throughput:
+        raise _refuse(
+            "training_args: throughput_warmup_steps with adjust_throughput=True is not supported yet (issue 46): "
+            "AdjustedThroughputMonitor has no warm-up, and ThroughputAfterWarmup counts validation and checkpoint "
+            "time, so neither figure would be optimum-habana's. Drop one of them."
+        )
+    run.throughput_warmup_batches = warmup * int(a["gradient_accumulation_steps"])
     run.sdp_on_bf16 = bool(a["sdp_on_bf16"])
+
+
+def _distribution(run: OptimumImport, a: Mapping[str, Any], deepspeed: bool) -> None:
+    kind = a["distribution_strategy"]
+    if kind in ("ddp", None):
+        return
+    if kind != "fast_ddp":
+        raise _refuse(
+            f"training_args: distribution_strategy={kind!r} is not accepted. Accepted: 'ddp' (HPUParallelStrategy) "
+            "or 'fast_ddp' (HPUFastDDPStrategy)."
+        )
+    if run.strategy[0] != "ddp":
+        other = "deepspeed" if deepspeed else "fsdp"
+        raise _refuse(
+            f"training_args: distribution_strategy='fast_ddp' with {other}: fast_ddp averages whole gradients over "
+            f"the ranks without a wrapper, and {other} shards them with its own. Choose one."
+        )
+    ddp_only = {
+        "ddp_find_unused_parameters": a["ddp_find_unused_parameters"] not in (False, None),
+        "ddp_bucket_cap_mb": a["ddp_bucket_cap_mb"] not in (230, None),
+        "ddp_broadcast_buffers": a["ddp_broadcast_buffers"] is not None,
+    }
+    given = [name for name, set_ in ddp_only.items() if set_]
+    if given:
+        raise _refuse(
+            f"training_args: {', '.join(given)} with distribution_strategy='fast_ddp': these steer DDP's reducer, "
+            "which fast_ddp does not build (optimum-habana drops them there without a word). Drop them, or use "
+            "distribution_strategy='ddp'."
+        )
+    run.strategy = ("fast_ddp", {"timeout": run.strategy[1]["timeout"], "buffer_dtype": "bfloat16"})
 
 
 def _evaluation(a: Mapping[str, Any]) -> dict[str, Any]:
@@ -897,3 +1032,21 @@ def _model(run: OptimumImport, a: Mapping[str, Any]) -> None:
         run.model_setup["gradient_checkpointing"] = a["gradient_checkpointing_kwargs"]
     if run.precision == "fp8":
         run.model_setup["fp8"] = True
+    if a["minimize_memory"]:
+        if run.precision != "fp8":
+            raise _refuse(
+                "training_args: minimize_memory=True without fp8=True: it steers the SDK's fp8 Linear layers only "
+                "(optimum-habana ignores it then, without a word). Accepted: fp8=True, or drop the field."
+            )
+        run.model_setup["fp8_minimize_memory"] = True
+    if a["use_zero3_leaf_promotion"]:
+        config = run.strategy[1].get("config") if run.strategy[0] == "deepspeed" else None
+        stage = (config or {}).get("zero_optimization", {}).get("stage")
+        if stage != 3:
+            raise _refuse(
+                "training_args: use_zero3_leaf_promotion=True without a DeepSpeed ZeRO stage 3 config (deepspeed with "
+                f"zero_optimization.stage 3; found {'no deepspeed' if config is None else f'stage {stage!r}'}): leaf "
+                "modules are a ZeRO-3 setting, so nothing would use it. Accepted: a ZeRO-3 deepspeed config, or drop "
+                "the field."
+            )
+        run.model_setup["zero3_leaf_promotion"] = True

@@ -254,7 +254,15 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
     ),
     _r(_T, "fsdp_transformer_layer_cls_to_wrap", None, f"{_NOT_YET}: HPUFSDPStrategy(auto_wrap_policy={{YourBlock}})"),
     _i(_T, "accelerator_config", None, "HF accelerate's data-loader wrapping; Lightning adds its own sampler"),
-    _m(_T, "deepspeed", None, "strategy HPUDeepSpeedStrategy(config=...) (lightning_accel.deepspeed_hpu)"),
+    _m(
+        _T,
+        "deepspeed",
+        None,
+        "strategy HPUDeepSpeedStrategy(config=...) (lightning_accel.deepspeed_hpu)",
+        '"auto" values are filled from the training arguments (the model\'s hidden_size and the step count when the '
+        "fit starts), as transformers' HfTrainerDeepSpeedConfig does; a given value that differs from its argument is "
+        "refused; gradient_accumulation_steps goes to the Trainer",
+    ),
     _r(_T, "label_smoothing_factor", 0.0, "computed in your loss: cross_entropy(..., label_smoothing=...)"),
     _m(
         _T,
@@ -352,7 +360,14 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
     _m(_T, "use_compiled_autograd", False, "HPUCompile(compiled_autograd=True)"),
     _m(_T, "compile_from_sec_iteration", False, "HPUCompile(from_step=1)"),
     _m(_T, "compile_dynamic", None, "HPUCompile(dynamic=...)"),
-    _r(_T, "use_zero3_leaf_promotion", False, _NOT_YET),
+    _m(
+        _T,
+        "use_zero3_leaf_promotion",
+        False,
+        "prepare_model(model): deepspeed.utils.set_z3_leaf_modules(model, [block]): LlamaDecoderLayer (llama), "
+        "MixtralSparseMoeBlock (mixtral), Qwen3MoeSparseMoeBlock (qwen3_moe)",
+        "needs a ZeRO-3 deepspeed config; another model type is refused (optimum-habana skips it silently)",
+    ),
     _m(
         _T,
         "cache_size_limit",
@@ -376,10 +391,41 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
     ),
     _r(_T, "disable_tensor_cache_hpu_graphs", False, f"HPU graphs without the tensor cache are {_NOT_YET}"),
     _m(_T, "max_hpu_graphs", None, "HPUGraphs(max_graphs=...)"),
-    _r(_T, "distribution_strategy", "ddp", f"'fast_ddp' is {_NOT_YET}", _one_of("ddp", None)),
-    _r(_T, "context_parallel_size", 1, f"context parallelism is {_NOT_YET}", _one_of(1, None)),
-    _r(_T, "minimize_memory", False, f"fp8 minimize_memory is {_NOT_YET}"),
-    _r(_T, "throughput_warmup_steps", 0, f"excluding warm-up steps from throughput is {_NOT_YET}"),
+    _m(
+        _T,
+        "distribution_strategy",
+        "ddp",
+        "'ddp': HPUParallelStrategy; 'fast_ddp': HPUFastDDPStrategy(buffer_dtype=torch.bfloat16), no DDP wrapper, "
+        "the gradients averaged in one fused all-reduce",
+        "fast_ddp's buffer is bfloat16 as optimum-habana's; the DDP-only fields (ddp_find_unused_parameters, "
+        "ddp_bucket_cap_mb, ddp_broadcast_buffers) and fsdp / deepspeed are refused with it",
+    ),
+    _r(
+        _T,
+        "context_parallel_size",
+        1,
+        f"context parallelism (each rank attends over its slice of the sequence with the other slices exchanged in "
+        f"a ring) is {_NOT_YET}: HPUModelParallelStrategy has data and tensor parallelism only, and a size above 1 "
+        "would train every rank on the whole sequence",
+        _one_of(1, None),
+    ),
+    _m(
+        _T,
+        "minimize_memory",
+        False,
+        "prepare_model(model): minimize_memory=True on each fp8 transformer_engine.Linear (the fp8 weight is cast "
+        "again in backward instead of kept from forward)",
+        "needs fp8=True (refused without it); the emulator keeps no fp8 weight copies, so it saves no memory there",
+    ),
+    _m(
+        _T,
+        "throughput_warmup_steps",
+        0,
+        "ThroughputAfterWarmup(warmup_steps=throughput_warmup_steps * gradient_accumulation_steps, batch_size_fn, "
+        "length_fn): train_samples_per_second (and tokens) without the warm-up batches",
+        "needs trainer_kwargs(batch_size_fn=...); with adjust_throughput refused (the warm-up figure would count "
+        "validation time); evaluation throughput is not reported",
+    ),
     _m(
         _T,
         "adjust_throughput",
@@ -419,7 +465,13 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
     _m(_T, "flash_attention_recompute", False, "use_fused_sdpa(recompute=...) (with gaudi_fused_sdpa)"),
     _m(_T, "flash_attention_fast_softmax", False, "use_fused_sdpa(softmax_mode='fast') (with gaudi_fused_sdpa)"),
     _m(_T, "flash_attention_causal_mask", False, "use_fused_sdpa(causal=True) (with gaudi_fused_sdpa)"),
-    _r(_T, "flash_attention_fp8", False, f"fp8 FusedSDPA is {_NOT_YET}"),
+    _r(
+        _T,
+        "flash_attention_fp8",
+        False,
+        f"fp8 FusedSDPA (the SDK's transformer_engine.FusedAttention) is {_NOT_YET}: the emulator has no fp8 fused "
+        "attention kernel to check it against; attn_implementation='gaudi_fused_sdpa' runs FusedSDPA in bf16",
+    ),
     _m(
         _T,
         "sdp_on_bf16",
