@@ -195,3 +195,60 @@ def test_the_reduce_operations_hccl_lacks_are_refused_on_every_path(reports: lis
         assert message("AVG").partition(": ")[2] in refused["ddp_comm_hook"]
         # A host tensor finds no backend in an "hccl" group (it serves "hpu" only), in torch's words.
         assert refused["host_tensor"] == "RuntimeError: No backend type associated with device type cpu"
+
+
+PEER_DIES = r"""
+import json, os, sys
+import torch
+import torch.distributed as dist
+import habana_frameworks.torch  # noqa: F401
+
+rank, port = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("hccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+x = torch.ones(3, device="hpu")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2).to("hpu"))  # broadcasts while both live
+dist.all_reduce(x)
+if rank == 1:
+    os._exit(0)  # gone, without a word to its group
+
+
+def failure(call):
+    try:
+        call()
+    except RuntimeError as exc:
+        return str(exc)
+    return "returned"
+
+
+report = {
+    "sync": failure(lambda: dist.all_reduce(x)),
+    "async_wait": failure(lambda: dist.all_reduce(x, async_op=True).wait()),
+    "future": failure(lambda: dist.all_reduce(x, async_op=True).get_future().wait()),
+    "ddp_backward": failure(lambda: model(x).sum().backward()),
+}
+print("REPORT " + json.dumps(report), flush=True)
+os._exit(0)  # the group lost its peer: not ended
+"""
+
+
+def test_a_collective_whose_peer_died_fails_on_every_path() -> None:
+    # Each path fails with gloo's error, as HCCL's fails with its own: not a wait() that returns as if the collective
+    # succeeded, and not a crash of DDP's reducer (C++, on autograd's thread) before anyone could say what happened.
+    env = script_env(OMP_NUM_THREADS="1")
+    port = str(free_port())
+    ranks = [
+        subprocess.Popen(
+            [PYTHON, "-c", PEER_DIES, str(rank), port],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    (out, err), _ = [rank.communicate(timeout=300) for rank in ranks]
+    assert ranks[0].returncode == 0, err[-3000:]
+    (line,) = [line for line in out.splitlines() if line.startswith("REPORT ")]
+    report = json.loads(line[len("REPORT ") :])
+    for path, message in report.items():
+        assert "Connection closed by peer" in message or "Connection reset by peer" in message, (path, message)

@@ -242,27 +242,22 @@ def _on_device(boxed: Any, views: _HostViews) -> Any:
     except RuntimeError:  # a work without a future (gloo's send/recv): nothing to map, its result is in memory
         return boxed
     views.use()
-    mapped: torch.futures.Future[Any] = torch.futures.Future()
-    # Completing the mapped future is the callback's last step, and nothing else keeps it: a closure holding it (as
-    # Future.then's does) would keep the HPU tensors alive until gloo's worker thread gets the GIL back to drop it.
-    pending = [mapped]
 
-    def on_device(done: Any) -> None:
+    def on_device(done: Any) -> Any:
         try:
-            value, error = pytree.tree_map_only(torch.Tensor, views.to_device, done.value()), None
-        except Exception as exc:  # gloo's failure (a timeout, a peer gone) is the work's
-            value, error = None, exc
-        views.release()
-        target = pending.pop()
-        if error is None:
-            target.set_result(value)
-        else:
-            target.set_exception(error)
+            return pytree.tree_map_only(torch.Tensor, views.to_device, done.value())
+        finally:
+            views.release()
 
-    future.add_done_callback(on_device)
-    # A C++ work over a future (torch's own, for Python-made works): no Python object has to outlive the call.
-    work = torch._C._distributed_c10d._create_work_from_future(mapped)  # type: ignore[attr-defined]
-    return work.boxed()
+    # Future.then, not a Python future completed by hand: when gloo fails (a peer died, a timeout), the callback's
+    # exception fails the mapped future in C++, as HCCL's work fails. A Python future's set_exception completes it
+    # *successfully* with the exception object as its value, which DDP's reducer (C++, on the autograd thread) takes
+    # for the reduced tensors and reads past the end of an empty tensor list: a segmentation fault before anything
+    # could say which rank died. The C++ callback that holds the mapped future is gone once gloo's worker has run it.
+    mapped = future.then(on_device)
+    # A C++ work (no Python object has to outlive the call) whose wait() raises gloo's error, as gloo's and HCCL's
+    # do: torch's work over a future (_create_work_from_future) returns from wait() as if the collective succeeded.
+    return _native.device().device_work(work, mapped)
 
 
 def _rows_per_rank(output: torch.Tensor, input: torch.Tensor, group: Any, *rest: Any) -> tuple[Any, ...]:
