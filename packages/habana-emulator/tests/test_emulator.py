@@ -133,14 +133,17 @@ def test_device_queries(clean_env: pytest.MonkeyPatch) -> None:
     assert hpu.device_count() == 4
     assert hpu.get_device_name() == "GAUDI2 (emulated)"
     assert hpu.hpu is hpu  # the SDK's self-reference, used as torch_hpu.hpu.memory_stats()
-    # Each process sees one HPU: an index other than 0 names a module only through HABANA_VISIBLE_MODULES, as on the
-    # SDK; the process's tensors stay on hpu:0, which current_device() names.
-    with pytest.raises(RuntimeError, match=r"set_device\(device=3\) is refused: habana active device: 3 != 0"):
+    # The SDK's rules: with fewer than 8 HPUs, an index other than 0 names a module only through
+    # HABANA_VISIBLE_MODULES; the process's tensors stay on hpu:0, which current_device() names.
+    clean_env.delenv("HLS_MODULE_ID", raising=False)
+    with pytest.raises(AssertionError, match=r"^As HABANA_VISIBLE_MODULES is not provided, the only supported device"):
         hpu.set_device(3)
     clean_env.setenv("HABANA_VISIBLE_MODULES", "0,1,2,3")
     hpu.set_device(3)
     assert (hpu.current_device(), emulated_device.module_id()) == (0, 3)
+    assert os.environ["HLS_MODULE_ID"] == "3"
     clean_env.delenv("HABANA_VISIBLE_MODULES")
+    clean_env.delenv("HLS_MODULE_ID")
     hpu.set_device("hpu:0")
     assert (hpu.current_device(), emulated_device.module_id()) == (0, 0)
     with pytest.raises(

@@ -132,16 +132,18 @@ def module_id() -> int:
 
 
 def set_device(device: int | str | torch.device) -> None:
-    """Select the module this process drives (its tensors stay on ``hpu:0``, see :func:`current_device`).
+    """Select the module this process drives, by the SDK's rules (its tensors stay on ``hpu:0``).
 
-    Each process sees one HPU, ``hpu:0``, so an index other than 0 is refused as ``"hpu:1"`` is, unless it names a
-    module as the SDK lets it: with ``HABANA_VISIBLE_MODULES`` set, the index names one of the visible modules and
-    ``HLS_MODULE_ID`` is set to it (when not already set to another one), as the SDK does.
+    As the SDK's ``set_device`` (``habana_frameworks/torch/hpu/__init__.py``, gaudi-pytorch-bridge 1.19.0 and the 1.24
+    period alike): a module already pinned by ``HLS_MODULE_ID`` wins over the index; otherwise the index names a
+    module of ``HABANA_VISIBLE_MODULES`` (or, without it, of a machine with 8 or more HPUs) and ``HLS_MODULE_ID`` is
+    set to it; with fewer than 8 HPUs and no ``HABANA_VISIBLE_MODULES``, only index 0 is accepted. torch's
+    ``DeviceMesh`` calls ``set_device(local_rank)`` in every rank, which this lets through where the SDK does.
 
     Raises:
         ValueError: When the index is outside ``range(device_count())``.
-        RuntimeError: When the index is not 0 and names no module this process may drive: the device guard's words
-            for ``hpu:N``, and how to choose a module instead.
+        AssertionError: The SDK's: an index other than 0 with fewer than 8 HPUs and no ``HABANA_VISIBLE_MODULES``,
+            or a pinned ``HLS_MODULE_ID`` that is none of the visible modules.
 
     Example:
         >>> import habana_frameworks.torch.hpu as hpu  # doctest: +SKIP
@@ -151,23 +153,23 @@ def set_device(device: int | str | torch.device) -> None:
     index = _index_of(device)
     _check_index(index, "device")
     visible = [part.strip() for part in os.environ.get(HABANA_VISIBLE_MODULES_VAR, "").split(",") if part.strip()]
+    available = visible or [str(module) for module in range(device_count())]
     pinned = os.environ.get(HLS_MODULE_ID_VAR, "").strip()
-    module = visible[index] if visible else str(index)
-    if index != 0 and not (visible and (not pinned or pinned == module)):
-        # Accepting it would leave hpu.device(...) and torch.load(map_location="hpu") to fail later with the SDK's
-        # "Requested device_id=N is different from env_device_id=M".
-        drives = f"module {pinned} (HLS_MODULE_ID={pinned})" if pinned else "the module the runtime picked"
-        raise RuntimeError(
-            f"torch.hpu.set_device(device={device!r}) is refused: habana active device: {index} != 0. Each process "
-            f"sees one HPU, hpu:0, and this one drives {drives}. Use set_device(0) or the device 'hpu'; choose the "
-            f"module before the process starts, with {HLS_MODULE_ID_VAR}, or with {HABANA_VISIBLE_MODULES_VAR} "
-            "(set_device's index then names one of its modules)."
-        )
+    if pinned:
+        if pinned not in available:
+            raise AssertionError(
+                f"Requested module_id={available[index]} is different from current_module_id={pinned} which was "
+                "previously set."
+            )
+        index = available.index(pinned)
+    elif not visible and device_count() < 8:
+        if index != 0:
+            raise AssertionError(
+                f"As {HABANA_VISIBLE_MODULES_VAR} is not provided, the only supported device idx is 0."
+            )
+    else:
+        os.environ[HLS_MODULE_ID_VAR] = available[index]
     _current = index
-    if visible and not pinned:
-        # As the SDK's set_device (habana_frameworks/torch/hpu/__init__.py, gaudi-pytorch-bridge 1.19.0): the index
-        # names a module of HABANA_VISIBLE_MODULES, which HLS_MODULE_ID pins for the runtime.
-        os.environ[HLS_MODULE_ID_VAR] = module
 
 
 def synchronize() -> None:
