@@ -407,3 +407,4 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_fsdp2_memory.py")
     session.run("python", "benchmarks/bench_transformers_recipes.py")
     session.run("python", "benchmarks/bench_fast_ddp.py")
+    session.run("python", "benchmarks/bench_preflight.py")

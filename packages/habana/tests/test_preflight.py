@@ -114,6 +114,24 @@ def test_cli_reports_a_mode_whose_run_failed_as_not_run() -> None:
     assert "Clean(**{'depth': 2}) failed" in finding.what
 
 
+def test_cli_lazy_mode_runs_a_model_whose_module_asks_for_the_accelerator_when_imported() -> None:
+    # transformers does, and torch keeps that first answer: the SDK must load before the model's module in lazy mode.
+    proc = _cli(
+        "_preflight_asks_accelerator:Clean",
+        "--modes",
+        "lazy",
+        "--steps",
+        "1",
+        "--strategies",
+        "none",
+        "--format",
+        "json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = Report.from_dict(json.loads(proc.stdout))
+    assert not report.of_kind("not_run"), report.findings
+
+
 def test_api_dynamic_sequence_length_recompiles_in_both_modes() -> None:
     report = preflight(models.DynamicLength(), steps=3)
     (lazy,) = report.of_kind("recompilation", "lazy")
@@ -148,7 +166,7 @@ def test_api_int64_overflow_in_lazy_mode() -> None:
 
 
 def test_api_clean_model_has_no_findings() -> None:
-    report = preflight(models.Clean(), modes=("lazy",), steps=2)
+    report = preflight(models.Clean(), modes=("lazy",), steps=2, strategies=())
     assert report.findings == []
     assert "No findings." in render(report, "table")
 

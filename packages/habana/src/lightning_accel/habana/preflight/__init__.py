@@ -3,7 +3,8 @@
 ``lightning-accel preflight package.module:Class`` (or :func:`preflight` in Python, or :class:`PreflightCallback` in
 any Trainer) runs a few training steps in lazy mode and in eager mode with ``torch.compile(backend="hpu_backend")``,
 and reports CPU fallbacks, recompilations, graph breaks, host synchronisations, dtype hazards and float32 matrix
-products under bf16 autocast, each with where it happens and how to fix it.
+products under bf16 autocast, each with where it happens and how to fix it; and the device memory per rank that
+DDP, FSDP, FSDP2 + TP and the ZeRO stages would need, against Gaudi2's and Gaudi3's.
 
 Example:
     >>> from lightning_accel.habana.preflight import Report, render
@@ -15,16 +16,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from .memory import DEVICES, STRATEGIES, MemoryProfile, largest_batch, predict
 from .report import FORMATS, Finding, Report, render
 from .runner import DEFAULT_STEPS, main, preflight, run_preflight
 
 __all__ = [
     "DEFAULT_STEPS",
+    "DEVICES",
     "FORMATS",
+    "STRATEGIES",
     "Finding",
+    "MemoryProfile",
     "PreflightCallback",
     "Report",
+    "largest_batch",
     "main",
+    "predict",
     "preflight",
     "render",
     "run_preflight",

@@ -251,6 +251,7 @@ class PreflightCallback(Callback):
         self._fallbacks: Counter[str] = Counter()
         self._graph_log = _GraphBreakLog()
         self._step_open = False
+        self._memory: dict[str, int] | None = None
 
     # -- run -----------------------------------------------------------------------------------------------------
     @override
@@ -292,6 +293,10 @@ class PreflightCallback(Callback):
         self._compiled_before = int(_stat(self._compile_metric, "TotalNumber") or 0)
         self._fallbacks_before = dict(_stat(self._fallback_metric, "FallbackOps") or {})
         self._syncs_before = sum((self._watcher.host_syncs if self._watcher else Counter()).values())
+        memory = sdk.hpu_module()
+        memory.synchronize()
+        memory.reset_peak_memory_stats()
+        self._batch_size = next((t.shape[0] for t in _tensors(batch) if t.dim()), 0)
         if self.mode != "compile":
             if self._watcher is None:
                 self._watcher = _OpWatcher(self._device_type, lazy=self.mode == "lazy")
@@ -312,6 +317,8 @@ class PreflightCallback(Callback):
         after = dict(_stat(self._fallback_metric, "FallbackOps") or {})
         for op, count in after.items():
             self._fallbacks[op] += count - self._fallbacks_before.get(op, 0)
+        # The last watched step's: from the second step on, the optimizer's state exists, as in every later step.
+        self._memory = _memory_profile(trainer, pl_module, self._batch_size)
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -339,6 +346,8 @@ class PreflightCallback(Callback):
         }
         if self._syncs_per_step:
             facts["host syncs per step"] = self._syncs_per_step
+        if self._memory is not None:
+            facts["memory"] = self._memory
         report.modes[mode] = facts
         watcher = self._watcher
         step_site = _definition_site(pl_module)
@@ -473,6 +482,39 @@ class PreflightCallback(Callback):
                     )
                 )
         return report
+
+
+def _nbytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in _tensors(list(tensors)) if t.device.type != "meta")
+
+
+def _memory_profile(trainer: Trainer, pl_module: LightningModule, batch_size: int) -> dict[str, int] | None:
+    """The step's :class:`~.memory.MemoryProfile` as plain data, or ``None`` when the step had no batch dimension."""
+    if batch_size < 1:
+        return None
+    memory = sdk.hpu_module()
+    memory.synchronize()
+    params = list(pl_module.parameters())
+    state = [v for opt in trainer.optimizers for s in opt.state.values() for v in s.values()]
+    # FSDP's units are its blocks: the elements of the model's largest ModuleList.
+    lists = [m for m in pl_module.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
+    largest = max(lists, key=lambda m: _nbytes(m.parameters()), default=None)
+    total = _nbytes(params)
+    if largest is None:
+        root, block = 0, total
+    else:
+        root = total - _nbytes(largest.parameters())
+        block = max(_nbytes(m.parameters()) for m in largest)
+    return {
+        "parameters": total,
+        "gradients": _nbytes(p for p in params if p.requires_grad),
+        "optimizer_state": _nbytes(state),
+        "peak": int(memory.max_memory_allocated()),
+        "batch_size": int(batch_size),
+        "parameter_count": sum(p.numel() for p in params),
+        "root_parameters": root,
+        "block_parameters": block,
+    }
 
 
 def _sites_of(watcher: _OpWatcher | None, op: str) -> list[str]:

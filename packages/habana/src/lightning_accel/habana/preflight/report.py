@@ -21,6 +21,7 @@ KINDS = {
     "host_sync": "Host synchronisation",
     "dtype": "dtype hazard",
     "autocast_fp32": "float32 under bf16 autocast",
+    "memory": "Device memory per rank",
     "not_run": "Mode not run",
 }
 
@@ -31,7 +32,7 @@ class Finding:
 
     Attributes:
         kind: One of ``cpu_fallback``, ``recompilation``, ``graph_break``, ``host_sync``, ``dtype``,
-            ``autocast_fp32``, ``not_run``.
+            ``autocast_fp32``, ``memory``, ``not_run``.
         mode: The execution mode it was seen in: ``lazy`` or ``compile`` (eager with ``hpu_backend``).
         what: What was seen (the operator, the guard that failed...).
         where: ``file:line`` in the user's code, or ``""`` when the run did not show it.
@@ -116,7 +117,8 @@ class Report:
 
 
 def _mode_line(name: str, facts: Mapping[str, Any]) -> str:
-    parts = [f"{key.replace('_', ' ')}: {value}" for key, value in facts.items() if key != "emulated"]
+    # The memory profile is shown as the memory findings it gives.
+    parts = [f"{key.replace('_', ' ')}: {value}" for key, value in facts.items() if key not in ("emulated", "memory")]
     return f"{name}: " + ", ".join(parts)
 
 

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import sdk
+from .memory import STRATEGIES, add_memory_findings
 from .report import FORMATS, Finding, Report, merge_reports, render
 
 __all__ = ["DEFAULT_STEPS", "main", "parse_init_args", "preflight", "run_preflight"]
@@ -117,6 +119,10 @@ def _run_here(mode: str, target: str, steps: int, precision: str | None, objects
 
 
 def _child(args: argparse.Namespace) -> int:
+    # In lazy mode the SDK loads at its first import, not at `import torch`, and torch keeps the first answer to "which
+    # accelerator is there" for the whole process: the user's modules (transformers asks when it is imported) must
+    # come after the SDK, or the backward fails with "Cannot access accelerator device when none is available".
+    sdk.core_module()
     from lightning.pytorch import LightningDataModule, LightningModule
 
     if args.payload:
@@ -190,6 +196,18 @@ def _check(modes: Sequence[str], steps: int) -> None:
         raise ValueError(f"steps={steps!r}: must be a positive int (a few, e.g. 3).")
 
 
+def _check_memory(strategies: Sequence[str], world_size: int, batch_size: int | None, tp_size: int) -> None:
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown or isinstance(strategies, str):
+        raise ValueError(f"strategies={list(strategies)!r}: accepted strategies are {', '.join(STRATEGIES)}.")
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r}: must be a positive int (HPUs of the predicted run, e.g. 8).")
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size={batch_size!r}: must be a positive int (micro-batch per rank) or None.")
+    if not isinstance(tp_size, int) or tp_size < 1 or world_size % tp_size:
+        raise ValueError(f"tp_size={tp_size!r}: must be a positive int dividing world_size={world_size}.")
+
+
 def run_preflight(
     target: str,
     init_args: Sequence[str] = (),
@@ -198,9 +216,14 @@ def run_preflight(
     modes: Sequence[str] = _MODES,
     steps: int = DEFAULT_STEPS,
     precision: str | None = None,
+    strategies: Sequence[str] = tuple(STRATEGIES),
+    world_size: int = 8,
+    batch_size: int | None = None,
+    tp_size: int = 2,
 ) -> Report:
     """The report for a model given as ``module:Class`` with init arguments (what the CLI runs)."""
     _check(modes, steps)
+    _check_memory(strategies, world_size, batch_size, tp_size)
     # Imported here too, so that a misspelt path fails at once with its message rather than in each mode's process.
     _import_class(target, "target")
     if datamodule:
@@ -214,6 +237,7 @@ def run_preflight(
         child_args += ["--precision", precision]
     report = merge_reports((_spawn(mode, child_args, target, steps) for mode in modes), target, steps)
     _fill_sites(report)
+    add_memory_findings(report, strategies, world_size, batch_size, tp_size)
     return report
 
 
@@ -224,6 +248,10 @@ def preflight(
     modes: Sequence[str] = _MODES,
     steps: int = DEFAULT_STEPS,
     precision: str | None = None,
+    strategies: Sequence[str] = tuple(STRATEGIES),
+    world_size: int = 8,
+    batch_size: int | None = None,
+    tp_size: int = 2,
 ) -> Report:
     """Run a few training steps of ``model`` on the HPU in each mode and report what it will meet on Gaudi.
 
@@ -237,6 +265,11 @@ def preflight(
         modes: ``"lazy"`` and/or ``"compile"`` (eager mode with ``torch.compile(backend="hpu_backend")``).
         steps: Training steps per mode.
         precision: Lightning's ``precision=`` (e.g. ``"bf16-mixed"``), or ``None`` for the default.
+        strategies: The strategies to predict device memory per rank for (see
+            :data:`~lightning_accel.habana.preflight.memory.STRATEGIES`); ``()`` for none.
+        world_size: HPUs of the predicted run.
+        batch_size: The micro-batch per rank of the prediction (default: the one the steps ran with).
+        tp_size: Tensor-parallel ranks of ``fsdp2_tp``.
 
     Example:
         >>> from lightning_accel.habana.preflight import preflight, render
@@ -247,6 +280,7 @@ def preflight(
     if not isinstance(model, LightningModule):
         raise TypeError(f"preflight(model={type(model).__name__}): expected a LightningModule.")
     _check(modes, steps)
+    _check_memory(strategies, world_size, batch_size, tp_size)
     target = f"{type(model).__module__}:{type(model).__qualname__}"
     objects = {"model": model, "datamodule": datamodule, "train_dataloaders": train_dataloaders}
     with tempfile.TemporaryDirectory(prefix="preflight-") as tmp:
@@ -264,6 +298,7 @@ def preflight(
             child_args += ["--precision", precision]
         report = merge_reports((_spawn(mode, child_args, target, steps) for mode in modes), target, steps)
     _fill_sites(report)
+    add_memory_findings(report, strategies, world_size, batch_size, tp_size)
     return report
 
 
@@ -289,6 +324,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps per mode (default {DEFAULT_STEPS})")
     parser.add_argument("--modes", default=",".join(_MODES), help="comma-separated: lazy,compile (default both)")
     parser.add_argument("--precision", help="Lightning's precision= (e.g. bf16-mixed)")
+    parser.add_argument(
+        "--strategies",
+        default=",".join(STRATEGIES),
+        help=f"comma-separated strategies to predict memory per rank for, or 'none' (default all: "
+        f"{','.join(STRATEGIES)})",
+    )
+    parser.add_argument("--world-size", type=int, default=8, help="HPUs of the predicted run (default 8)")
+    parser.add_argument("--tp-size", type=int, default=2, help="tensor-parallel ranks of fsdp2_tp (default 2)")
+    parser.add_argument(
+        "--batch-size", type=int, help="micro-batch per rank of the prediction (default: the one the steps ran with)"
+    )
     parser.add_argument("--format", default="table", help=f"one of {', '.join(FORMATS)} (default table)")
     parser.add_argument("--output", help="write the report to this file instead of the terminal")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -337,11 +383,13 @@ def _apply_config(args: argparse.Namespace) -> None:
     trainer = config.get("trainer") or {}
     if args.precision is None and isinstance(trainer, dict) and trainer.get("precision") is not None:
         args.precision = str(trainer["precision"])
-    unused = sorted(k for k in trainer if k != "precision") if isinstance(trainer, dict) else []
+    unused = [f"trainer.{k}" for k in sorted(trainer) if k != "precision"] if isinstance(trainer, dict) else []
+    # LightningCLI's other sections (seed_everything, optimizer, ckpt_path...) have no part in the pre-flight run.
+    unused += sorted(str(k) for k in config if k not in ("model", "data", "trainer"))
     if unused:
         print(
             f"lightning-accel preflight: the pre-flight run uses its own Trainer (1 HPU, --steps steps per mode); "
-            f"not used from {args.config}: trainer.{', trainer.'.join(unused)}.",
+            f"not used from {args.config}: {', '.join(unused)}.",
             file=sys.stderr,
         )
 
@@ -372,8 +420,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
+        strategies = [s.strip() for s in args.strategies.split(",") if s.strip() and s.strip() != "none"]
         report = run_preflight(
-            args.target, args.init_args, args.datamodule, args.datamodule_args, modes, args.steps, args.precision
+            args.target,
+            args.init_args,
+            args.datamodule,
+            args.datamodule_args,
+            modes,
+            args.steps,
+            args.precision,
+            strategies,
+            args.world_size,
+            args.batch_size,
+            args.tp_size,
         )
     except ValueError as exc:
         print(f"lightning-accel preflight: {exc}", file=sys.stderr)
