@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,34 @@ def test_hook_for_hccl_renames_only_torchs_bfloat16_hooks() -> None:
     assert hook_for_hccl(*fp16) == fp16
     renamed, wrapper = hook_for_hccl(default_hooks.allreduce_hook, default_hooks.bf16_compress_wrapper)
     assert wrapper is None and renamed.__name__ == "hccl_bf16_compress_wrapper_hook"
+
+
+@torch.compile  # torch's default backend, as a GPU script writes it
+def _scaled(x: torch.Tensor) -> torch.Tensor:
+    return torch.sin(x) * 2
+
+
+def test_a_function_compiled_with_inductor_fails_with_what_to_do(eager_mode: None) -> None:
+    # Not seen at set-up (it is no module of the model): torch's error, with the fix added to it.
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.demos.boring_classes import BoringModel
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    class UsesACompiledFunction(BoringModel):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return super().training_step(_scaled(batch), batch_idx)
+
+    trainer = Trainer(
+        accelerator="hpu",
+        devices=1,
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with pytest.raises(BackendCompilerFailed) as failed:
+        trainer.fit(UsesACompiledFunction())
+    rendered = "".join(traceback.format_exception_only(failed.value))
+    assert rendered.count("compile it with torch.compile(..., backend='hpu_backend')") == 1, rendered
+    assert str(failed.value.inner_exception) in rendered  # torch's own words are kept

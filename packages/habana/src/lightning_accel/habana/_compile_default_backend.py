@@ -17,7 +17,8 @@ again:
 Only Inductor (named or torch's default) is replaced. Any other backend (``"hpu_backend"``, ``"eager"``,
 ``"aot_eager"``, a callable) is left as given. ``fullgraph`` and ``dynamic`` are kept; ``mode`` and ``options`` are
 Inductor's settings and are dropped. One rank-zero warning per process names ``hpu_backend`` and what was dropped.
-A function compiled with ``@torch.compile`` (not a module) cannot be seen at set-up: pass ``backend="hpu_backend"``.
+A function compiled with ``@torch.compile`` (not a module) cannot be seen at set-up: pass ``backend="hpu_backend"``;
+a Trainer run that fails inside Inductor gets that fix added to torch's error (``_inductor_hint``).
 
 Example:
     >>> model = torch.compile(model)  # doctest: +SKIP

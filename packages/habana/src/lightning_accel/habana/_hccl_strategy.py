@@ -48,6 +48,7 @@ from ._accelerator_check import RequiresHPUAccelerator
 from ._collectives import all_reduce
 from ._devices import parallel_root_device
 from ._distributed_env import HCCLEnvironment, forget_sdk_rendezvous_defaults
+from ._inductor_hint import explain_inductor_failure
 
 __all__ = ["HCCLStrategyMixin"]
 
@@ -181,9 +182,13 @@ class HCCLStrategyMixin(RequiresHPUAccelerator):
         return all_reduce(tensor, group=group, reduce_op=reduce_op)
 
     def on_exception(self, exception: BaseException) -> None:
-        """(Trainer) Remember that the run failed: its process group is then not ended at exit (see the module)."""
+        """(Trainer) Remember that the run failed: its process group is then not ended at exit (see the module).
+
+        A failure inside Inductor gets what to do added to its message (``_inductor_hint``).
+        """
         global _run_failed
         _run_failed = True
+        explain_inductor_failure(exception)
         super().on_exception(exception)  # type: ignore[misc]
 
     def teardown(self) -> None:

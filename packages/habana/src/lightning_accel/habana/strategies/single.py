@@ -11,6 +11,7 @@ from typing_extensions import override
 from .._accelerator_check import RequiresHPUAccelerator
 from .._compile_default_backend import TrainerCompilesWithHPUBackend
 from .._devices import RootDevice
+from .._inductor_hint import explain_inductor_failure
 from .._lazy import MarkStepAfterUpdates, MarkStepAroundEvaluation
 from .._strategy_defaults import HPUCheckpointIODefault
 from ._precision import HPUPrecisionSetter
@@ -70,6 +71,12 @@ class SingleHPUStrategy(
     def root_device(self) -> torch.device:
         """The HPU of this process (``hpu``)."""
         return self._mapped_root.of(self._root_device)
+
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        """A failure inside Inductor gets what to do added to its message (``_inductor_hint``)."""
+        explain_inductor_failure(exception)
+        super().on_exception(exception)
 
     @classmethod
     @override
