@@ -86,6 +86,7 @@ OURS = {
     "_enabled": "a helper function of lightning_accel.deepspeed_hpu.config",
     "_executor": "IPUStrategy's own compiled poptorch executors",
     "_global_rank": "a helper function of lightning_accel.core.emulation",
+    "_get": "a helper function of lightning_accel.habana.optimum._deepspeed",
     "_initialize_engine": "HPUDeepSpeedStrategy's own (only Fabric's DeepSpeedStrategy has one)",
     "_load": "a helper function of lightning_accel.core.discovery",
     "_local_rank": "Intel Neural Compressor's cached rank, read again by lightning_accel.habana._fp8_inference",

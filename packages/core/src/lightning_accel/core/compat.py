@@ -513,6 +513,9 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName(_DEEPSPEED, "_set_deepspeed_activation_checkpointing", "method", ("self",), "overridden", _DS_USER),
     PrivateName(_DEEPSPEED, "_setup_model_and_optimizer", "method", ("self", "model", "optimizer", "lr_scheduler"),
                 "overridden", _DS_USER),
+    # Fabric's DeepSpeedStrategy.setup_environment formats its config once; the HPU one repeats that step.
+    PrivateName("lightning.fabric.strategies:DeepSpeedStrategy", "_config_initialized", "instance_attribute", None,
+                "read", ("lightning_accel.deepspeed_hpu.fabric",)),
     PrivateName("lightning.pytorch.plugins.precision:DeepSpeedPrecision", "_desired_dtype", "instance_attribute",
                 None, "read", ("lightning_accel.deepspeed_hpu.precision",)),
     PrivateName("lightning.pytorch.core.module:LightningModule", "_trainer", "instance_attribute", None, "read",
