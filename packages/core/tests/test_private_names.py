@@ -103,6 +103,7 @@ OURS = {
     "_logger": "a helper function of lightning_accel.habana.optimum's importer",
     "_model": "a helper function of lightning_accel.habana.optimum's importer",
     "_parser": "a helper function of lightning_accel.habana.preflight's command line",
+    "_forward_pre_hooks": "torch.nn.Module's hook table, read (as poptorch's removeBlocks does) to find BeginBlocks",
 }
 # The SDK emulators (they stand in for the SDKs and use no Lightning), the core's test kit, the generated twins.
 SKIPPED_DIRS = {"habana_emulator", "poptorch_emulator", "testing", "twins"}

@@ -220,12 +220,25 @@ def _preflight(argv: list[str]) -> int:
         )
         return 2
     if device is None and len(offered) > 1:
+        # The one device emulated here is the one meant (LIGHTNING_ACCEL_EMULATE=hpu); said, so it is never a guess.
+        try:
+            emulated = sorted(name for name in offered if emulation_settings().emulates(name))
+        except ConfigurationError:
+            emulated = []
+        if len(emulated) != 1:
+            print(
+                f"lightning-accel preflight: several plugins offer a pre-flight check; choose one with --device "
+                f"({', '.join(sorted(offered))}), e.g. `lightning-accel preflight --device ipu my.model:Net`.",
+                file=sys.stderr,
+            )
+            return 2
+        device = emulated[0]
+        others = ", ".join(sorted(set(offered) - {device}))
         print(
-            f"lightning-accel preflight: several plugins offer a pre-flight check; choose one with --device "
-            f"({', '.join(sorted(offered))}).",
+            f"lightning-accel preflight: checking for {device}, the device {EMULATE_VAR} emulates "
+            f"(--device {others} for the other).",
             file=sys.stderr,
         )
-        return 2
     spec = offered.get(device) if device is not None else next(iter(offered.values()))
     if spec is None:
         print(

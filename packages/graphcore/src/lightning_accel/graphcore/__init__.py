@@ -23,6 +23,7 @@ from .__about__ import __version__
 if TYPE_CHECKING:
     from .accelerator import IPUAccelerator
     from .precision import SUPPORTED_PRECISION, IPUPrecision, IPUPrecisionPlugin
+    from .preflight import ipu_preflight
     from .strategy import IPUPlugin, IPUStrategy
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "IPUPrecisionPlugin",
     "IPUStrategy",
     "__version__",
+    "ipu_preflight",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -44,5 +46,6 @@ __getattr__, __dir__ = lazy_exports(
         "IPUPrecision": ".precision",
         "IPUPrecisionPlugin": ".precision",
         "SUPPORTED_PRECISION": ".precision",
+        "ipu_preflight": ".preflight",
     },
 )

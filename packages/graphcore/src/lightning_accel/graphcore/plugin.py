@@ -41,4 +41,6 @@ PLUGIN = PluginSpec(
     # The last poptorch pins torch 2.0.1, whose newest Lightning is 2.3.
     lightning=">=2.3,<2.7",
     selftest="lightning_accel.graphcore.selftest:CHECKS",
+    # `lightning-accel preflight --device ipu`: what poptorch 3.4 refuses, and the memory per IPU, before renting one.
+    preflight="lightning_accel.graphcore.preflight_cli:main",
 )

@@ -40,6 +40,8 @@ KINDS = {
     "dynamic_shape": "Data-dependent output shape",
     "narrowing": "int64/float64 narrowed on the IPU",
     "not_compiled": "poptorch refused the model",
+    "memory": "IPU memory (estimated without Poplar)",
+    "pipeline_split": "Pipeline split suggestion",
 }
 _INT32_MAX = 2**31 - 1
 _INT_ARITHMETIC = frozenset(
@@ -247,23 +249,47 @@ def _narrowing_findings(watched: _Sites) -> list[IPUFinding]:
     return findings
 
 
-def ipu_preflight(model: torch.nn.Module, *inputs: Any) -> list[IPUFinding]:
-    """What poptorch 3.4 refuses in ``model`` called with ``inputs``, and what the IPU narrows, with call sites.
+def ipu_preflight(
+    model: torch.nn.Module,
+    *inputs: Any,
+    ipus: int = 1,
+    optimizer: Any = "sgd",
+    gradient_accumulation: int = 1,
+    device: str = "gc200",
+) -> list[IPUFinding]:
+    """What poptorch 3.4 refuses in ``model`` called with ``inputs``, what the IPU narrows, and what does not fit.
 
     Args:
         model: A ``torch.nn.Module`` (its ``forward`` is checked), or a ``LightningModule`` (its ``training_step``
             is checked, with ``inputs`` as the batch's tensors).
-        inputs: One batch, on the host.
+        inputs: One micro-batch, on the host.
+        ipus: With more than 1, a ``pipeline_split`` finding says where to put ``poptorch.BeginBlock`` over that
+            many IPUs (see :func:`~lightning_accel.graphcore.preflight_memory.suggest_split`).
+        optimizer: For the memory estimate: a name of ``OPTIMIZER_SLOTS`` (``"sgd"``, ``"adam"``...) or an
+            optimizer object.
+        gradient_accumulation: poptorch's ``Training.gradientAccumulation`` (checked, see ``ipu_memory``).
+        device: The IPU whose memory is compared: ``"gc200"`` (Mk2, default), ``"bow"`` or ``"gc2"``.
 
     Returns:
-        The findings, refusals first; ``[]`` when poptorch compiles the model and nothing is narrowed.
+        The findings: refusals, narrowings, then memory; ``[]`` when poptorch compiles the model, nothing is
+        narrowed, every IPU fits and no split was asked.
 
     Raises:
         TypeError: When ``model`` is not a ``torch.nn.Module``.
+        ValueError: For a bad ``ipus``, ``optimizer``, ``gradient_accumulation`` or ``device``, or a split asked
+            of a model without enough sequential blocks.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"ipu_preflight(model={type(model).__name__}): expected a torch.nn.Module or LightningModule.")
+    from . import preflight_memory
     from .sdk import poptorch_module
+
+    # Bad memory arguments are the caller's mistake: refuse them before any run.
+    preflight_memory._capacity(device)
+    preflight_memory.optimizer_slots(optimizer)
+    preflight_memory._check_accumulation(gradient_accumulation)
+    if isinstance(ipus, bool) or not isinstance(ipus, int) or ipus < 1:
+        raise ValueError(f"ipus={ipus!r}: must be a positive int (1: the model as annotated, or on one IPU).")
 
     step = _TrainingStep(model) if _is_lightning(model) else model
     watched = _Sites()
@@ -279,4 +305,20 @@ def ipu_preflight(model: torch.nn.Module, *inputs: Any) -> list[IPUFinding]:
     finally:
         if compiled.isAttachedToDevice():
             compiled.detachFromDevice()
-    return findings + _narrowing_findings(watched)
+    try:
+        memory = preflight_memory.memory_findings(
+            model, *inputs, ipus=ipus, optimizer=optimizer, gradient_accumulation=gradient_accumulation, device=device
+        )
+    except ValueError:
+        raise  # the model cannot be split as asked (no block list, too few blocks): the caller's to fix
+    except Exception as error:  # a host step that fails says nothing about the IPU's refusals above
+        memory = [
+            IPUFinding(
+                "memory",
+                f"not estimated: {type(error).__name__}: {error}",
+                "",
+                "The memory estimate runs one training step on the host, which failed.",
+                "Make the model's step run on the CPU with this batch, then run the report again.",
+            )
+        ]
+    return findings + _narrowing_findings(watched) + memory
