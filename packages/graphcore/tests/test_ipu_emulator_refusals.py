@@ -267,12 +267,12 @@ def test_a_dynamic_slice_compiles_for_any_start_and_runs_for_the_given_one(popto
     # poptorch's tests/slice_test.py:62-86: compiled with a start past the end, run with another start.
     class Slice(torch.nn.Module):
         def forward(self, t: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-            return poptorch.dynamic_slice(t, 0, start - 4, 3, step)
+            return poptorch.dynamic_slice(t, 0, start - 4, 4, step)  # a size that divides the dimension (8)
 
     t, start = torch.arange(2.0, 10.0), torch.tensor([5])
     executor = poptorch.inferenceModel(Slice())
     executor.compile(torch.randn_like(t), start + 20)
-    assert executor(t, start).tolist() == t[1 : 1 + 3 * step : step].tolist()
+    assert executor(t, start).tolist() == t[1:5:step].tolist()  # size elements, then every step-th of them
 
 
 def test_int32_targets_and_indices_work_where_torch_wants_int64(poptorch: ModuleType) -> None:

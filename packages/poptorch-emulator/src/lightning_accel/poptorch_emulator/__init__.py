@@ -59,6 +59,7 @@ from .execution import (
     Stage,
 )
 from .executor import PoplarExecutor, inferenceModel, registerPostCompileHook, registerPreCompileHook, trainingModel
+from .host_ops import CPU
 from .left_out import left_out
 from .left_out import poptorch_core as _poptorch_core
 from .ops import (
@@ -88,7 +89,6 @@ from .ops import (
 )
 from .options import Attribute, ConfigFileError, Options, TensorLocationSettings
 
-CPU = left_out("poptorch.CPU")
 accessAttributes = left_out("poptorch.accessAttributes")
 ctc_beam_search_decoder = left_out("poptorch.ctc_beam_search_decoder")
 custom_op = left_out("poptorch.custom_op")

@@ -43,6 +43,7 @@ import torch
 
 from lightning_accel.core.pycompat import strict_zip
 
+from . import automatic_loss_scaling as als
 from . import device, report
 from .enums import CommGroupType, ConnectionType, MeanReductionStrategy, OutputMode, ReductionType
 from .errors import Error
@@ -255,6 +256,8 @@ class PoplarExecutor:
         # when the executor is built, _poplar_executor.py:241-242).
         self._optimizer_values: OptimizerValues | None = None
         self._compiled_optimizer_values: OptimizerValues | None = None
+        # Automatic loss scaling's multiplier of the optimizer's loss_scaling (PopART's lossScaleUpdateFactor).
+        self._loss_scale_update_factor = 1.0
         if optimizer is not None:
             self._optimizer_values = self._convert_optimizer(optimizer)
         self._is_attached = False
@@ -453,9 +456,7 @@ class PoplarExecutor:
                     tensor.copy_(source)
         if isinstance(self._optimizer, PoptorchOptimizer) and self._device_optimizer is not None:
             # poptorch reads the device's optimizer state into ipu_state (readOptimizerState, poptorch.cpp:960-990).
-            self._optimizer._state_dict = to_ipu_state(
-                self._optimizer, self._device_optimizer, self._named_device_params()
-            )
+            self._optimizer._state_dict = self._read_ipu_state(self._optimizer, self._device_optimizer)
             self._optimizer.ipu_state_is_dirty = False
             self._optimizer.host_state_is_dirty = False
 
@@ -560,7 +561,13 @@ class PoplarExecutor:
         host = self._optimizer
         if isinstance(host, PoptorchOptimizer) and host.ipu_state_is_dirty and self._device_optimizer is not None:
             if host.has_state():
-                from_ipu_state(host, self._device_optimizer, self._named_device_params(), host._state_dict["ipu_state"])
+                state = dict(host._state_dict["ipu_state"])
+                factor = state.pop(als.UPDATE_FACTOR, None)
+                if factor is not None and self._automatic_loss_scaling:
+                    self._loss_scale_update_factor = float(factor)
+                elif factor is not None:
+                    state[als.UPDATE_FACTOR] = factor  # PopART has no such tensor: reported as unused
+                from_ipu_state(host, self._device_optimizer, self._named_device_params(), state)
             host.ipu_state_is_dirty = False
 
     @staticmethod
@@ -604,11 +611,22 @@ class PoplarExecutor:
                 # Attached without a state to write: state_dict() reads the device's (_on_device_attach,
                 # _poplar_executor.py:421-430). torch creates its state at the first step, so ipu_state is empty
                 # until then; PopART's holds the initial values.
-                optimizer._state_dict = to_ipu_state(optimizer, device_optimizer, self._named_device_params())
+                optimizer._state_dict = self._read_ipu_state(optimizer, device_optimizer)
                 optimizer.ipu_state_is_dirty = False
                 optimizer.host_state_is_dirty = False
         else:
             self._copy_optimizer_state(optimizer, device_optimizer)
+
+    @property
+    def _automatic_loss_scaling(self) -> bool:
+        return bool(self._options._Popart.options.get("automaticLossScalingSettings.enabled", False))
+
+    def _read_ipu_state(self, host: Any, device_optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The device's optimizer state as poptorch reads it, with automatic loss scaling's factor when it is on."""
+        state = to_ipu_state(host, device_optimizer, self._named_device_params())
+        if self._automatic_loss_scaling:
+            state["ipu_state"][als.UPDATE_FACTOR] = torch.tensor(self._loss_scale_update_factor)
+        return state
 
     @staticmethod
     def _copy_optimizer_state(host: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
@@ -997,16 +1015,21 @@ class PoplarExecutor:
         mean = opts.Training.accumulation_and_replication_reduction_type == ReductionType.Mean
         optimizer = self._device_optimizer
         assert optimizer is not None
-        loss_scaling = getattr(self._optimizer, "loss_scaling", 1.0)
+        base_loss_scaling = getattr(self._optimizer, "loss_scaling", 1.0)
+        automatic = self._automatic_loss_scaling
         max_grad_norm = getattr(self._optimizer, "max_grad_norm", float("inf"))
         params = [p for group in optimizer.param_groups for p in group["params"]]
         outputs = []
         run = self._runner(inputs)
-        scale = loss_scaling / (accumulation * replicas) if mean else loss_scaling
         seed: torch.Tensor | None = None
         backward = _autograd_engine().run_backward
         with torch.enable_grad():
             for iteration in range(opts.device_iterations):
+                # PopART scales the loss by loss_scaling x lossScaleUpdateFactor (its finalLossScale).
+                loss_scaling = base_loss_scaling * self._loss_scale_update_factor if automatic else base_loss_scaling
+                scale = loss_scaling / (accumulation * replicas) if mean else loss_scaling
+                if automatic:
+                    seed = None
                 for param in params:
                     param.grad = None
                 for step in range(accumulation * replicas):
@@ -1021,6 +1044,10 @@ class PoplarExecutor:
                     outputs.append([leaf.detach() if isinstance(leaf, torch.Tensor) else leaf for leaf in out])
                 with torch.no_grad():
                     grads = [p for p in params if p.grad is not None]
+                    if automatic:
+                        self._loss_scale_update_factor = als.updated_factor(
+                            self._loss_scale_update_factor, [p.grad for p in grads], self._options
+                        )
                     if loss_scaling != 1.0:
                         for param in grads:
                             param.grad.div_(loss_scaling)

@@ -14,7 +14,7 @@ __all__ = ["LEFT_OUT", "left_out", "poptorch_core"]
 
 _EXECUTABLES = "the emulator compiles no Poplar executable to save, load or export"
 _COUNTERS = "it reads the IPU's hardware cycle and latency counters, which the emulator has none of"
-_CUSTOM = "custom PopART operators and host callbacks run code the emulator cannot load"
+_CUSTOM = "custom PopART operators run C++ code the emulator cannot load"
 _INTERNAL = "it is poptorch's C++ binding (poptorch_core), which the emulator does not have"
 
 LEFT_OUT: dict[str, str] = {
@@ -33,7 +33,6 @@ LEFT_OUT: dict[str, str] = {
         "it from the model instead"
     ),
     "poptorch.custom_op": _CUSTOM,
-    "poptorch.CPU": _CUSTOM,
     "poptorch.ctc_beam_search_decoder": "a PopLibs operator without a PyTorch counterpart",
     "poptorch.fps": "a PopTorch Geometric operator without a PyTorch counterpart",
     "poptorch.nearest": "a PopTorch Geometric operator without a PyTorch counterpart",

@@ -174,20 +174,61 @@ def set_overlap_for_output(output_tensors: Any, mode: OverlapMode) -> Any:
     return output_tensors
 
 
+def _dynamic_start(start: torch.Tensor) -> torch.Tensor:
+    """The first element of ``start`` as a one-element int64 index (poptorch reshapes it to ``{1}``)."""
+    return start.reshape(-1)[:1].long()
+
+
+def _check_dynamic_size(size: int) -> None:
+    # Compile-time checks of poptorch 3.4's canonicalisation (popart_canonicalization/SliceOps.cpp:416-460).
+    if size == 0:
+        raise createPoptorchError("The start and end of a slice must be different.")
+    if size < 0:
+        raise createPoptorchError("Taking a slice of a tensor with the end less than the start is not supported.")
+
+
 def dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor, size: int, step: int) -> torch.Tensor:
     """``size`` elements along ``dim`` from the position held in the tensor ``start``, every ``step``.
 
+    On the host it is ``tensor[start:start + size:step]`` along ``dim``. On the (emulated) IPU, ``size`` must be
+    positive and divide the length of ``dim``, as poptorch 3.4 requires when it compiles the slice.
+
     Example:
         >>> dynamic_slice(torch.arange(6.0), 0, torch.tensor([1]), 2, 2).tolist()
-        [1.0, 3.0]
+        [1.0]
     """
-    _tensor("dynamic_slice", tensor)
+    # The argument checks of poptorch 3.4 (ops.py:301-314), in its order.
+    if not isinstance(tensor, torch.Tensor):
+        raise createPoptorchError(f"dynamic_slice must take a torch.tensor input. {type(tensor)} is not supported.")
+    if not isinstance(dim, int):
+        raise createPoptorchError("Dimension must be an integer.")
     if not isinstance(start, torch.Tensor):
-        raise createPoptorchError("Slice start argument to dynamic_slice must be a torch.tensor.")
-    index = start.reshape(-1)[:1].long() + torch.arange(size, device=tensor.device) * step
+        raise createPoptorchError(
+            f"Slice start argument to dynamic_slice must be a torch.tensor. {type(start)} is not supported."
+        )
+    if not isinstance(size, int):
+        raise createPoptorchError("Size must be an integer.")
+    if not isinstance(step, int):
+        raise createPoptorchError("Step must be an integer.")
+    if not isRunningOnIpu():
+        # poptorch's CPU kernel: an ordinary slice from the start's value (RegisterAtenOverloads.cpp:809-823).
+        if start.is_floating_point() or start.dtype == torch.bool:
+            raise createPoptorchError("Expected integer typed start tensor")
+        first = int(start.reshape(-1)[0])
+        return tensor[(slice(None),) * (dim % tensor.dim()) + (slice(first, first + size, step),)]
+    _check_dynamic_size(size)
+    if step < 1:
+        raise createPoptorchError("Slicing step must be at least 1")
+    length = tensor.shape[dim]
+    if length % size != 0:
+        raise createPoptorchError(
+            f"The size of the slice ({size}) must be a factor of the slicing dimension ({length})."
+        )
     # The start is a value of the graph, not of its compilation: poptorch compiles with any start (its own tests
     # compile with one past the end, tests/slice_test.py:80-84). Wrapped into range, the trace never fails on it.
-    return tensor.index_select(dim, index.remainder(tensor.shape[dim]))
+    index = (_dynamic_start(start) + torch.arange(size, device=tensor.device)).remainder(length)
+    # A slice of unit step, then subsampled every `step` (SliceOps.cpp subsampleSlice).
+    return tensor.index_select(dim, index[::step])
 
 
 def dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int, start: torch.Tensor, size: int) -> torch.Tensor:
@@ -197,14 +238,44 @@ def dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int, start: torc
         >>> dynamic_update(torch.zeros(4), torch.ones(2), 0, torch.tensor([1]), 2).tolist()
         [0.0, 1.0, 1.0, 0.0]
     """
-    _tensor("dynamic_update", input)
-    if not isinstance(start, torch.Tensor) or not isinstance(src, torch.Tensor):
-        raise createPoptorchError("dynamic_update takes torch.tensor start and src arguments.")
-    if input.dim() != src.dim() or input.dtype != src.dtype:
-        raise createPoptorchError("input and src tensors must have same dimensionality and dtype.")
-    index = start.reshape(-1)[:1].long() + torch.arange(size, device=input.device)
-    # As in dynamic_slice: any start compiles.
-    return input.index_copy(dim, index.remainder(input.shape[dim]), src.narrow(dim, 0, size))
+    # The argument checks of poptorch 3.4 (ops.py:331-354), in its order.
+    if not isinstance(input, torch.Tensor):
+        raise createPoptorchError(f"dynamic_update must take a torch.tensor input. {type(input)} is not supported.")
+    if not isinstance(dim, int):
+        raise createPoptorchError("Dimension must be an integer.")
+    if not isinstance(start, torch.Tensor):
+        raise createPoptorchError(
+            f"Slice start argument to dynamic_update must be a torch.tensor. {type(start)} is not supported."
+        )
+    if not isinstance(src, torch.Tensor):
+        raise createPoptorchError(
+            f"Src argument to dynamic_update must be a torch.tensor. {type(src)} is not supported."
+        )
+    if not isinstance(size, int):
+        raise createPoptorchError("Size must be an integer.")
+    if input.dim() != src.dim():
+        raise createPoptorchError(
+            f"input and src tensors must have same dimensionality. ({input.dim()}) vs ({src.dim()})"
+        )
+    if input.dtype != src.dtype:
+        raise createPoptorchError(f"input and src tensor must have same dtype. ({input.dtype} vs {src.dtype})")
+    if not isRunningOnIpu():
+        # poptorch's CPU kernel: a slice_scatter from the start's value (RegisterAtenOverloads.cpp:827-843).
+        if start.is_floating_point() or start.dtype == torch.bool:
+            raise createPoptorchError("Expected integer typed start tensor")
+        first = int(start.reshape(-1)[0])
+        return torch.slice_scatter(input, src, dim, first, first + size, 1)
+    _check_dynamic_size(size)
+    # As in dynamic_slice: any start compiles, wrapped into range. Written with operators poptorch lowers (PopART's
+    # dynamicupdate has no ATen counterpart; index_copy has no lowering): each position takes the source's element
+    # at its offset from the start when that offset is below `size`.
+    length = input.shape[dim]
+    offset = (torch.arange(length, device=input.device) - _dynamic_start(start)).remainder(length)
+    shape = [1] * input.dim()
+    shape[dim] = length
+    inside = (offset < size).reshape(shape)
+    taken = src.narrow(dim, 0, size).index_select(dim, offset.clamp(max=size - 1))
+    return torch.where(inside, taken, input)
 
 
 def for_loop(count: int, body: Callable[..., Any], inputs: list[torch.Tensor]) -> list[torch.Tensor]:

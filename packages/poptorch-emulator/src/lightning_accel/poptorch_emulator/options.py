@@ -289,8 +289,8 @@ class _TrainingOptions(OptionsDict):
     def setAutomaticLossScaling(self, enabled: bool) -> _TrainingOptions:
         """Let the IPU adapt the loss scale during training (poptorch 3.4 ``options.py:336-357``, a preview).
 
-        It makes the optimizer's ``loss_scaling`` variable. The emulator computes in float32, where the scale cancels
-        out, so it keeps the scale the optimizer gives.
+        It makes the optimizer's ``loss_scaling`` variable, multiplied by PopART's update factor, which
+        :mod:`.automatic_loss_scaling` updates after each weight update.
         """
         self._popart_options.set("automaticLossScalingSettings.enabled", enabled)
         return self

@@ -16,13 +16,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental import proxy_tensor
 from torch.overrides import TorchFunctionMode
 
 from .errors import Error
 from .lowering import decomposed_here
 from .narrowing import adapt_call
 
-__all__ = ["DeviceContext", "current_context", "final_loss", "running_on"]
+__all__ = ["DeviceContext", "current_context", "final_loss", "running_on", "running_outside_device"]
 
 # The losses poptorch 3.4 lowers and marks as losses (popart_canonicalization/LossOps.cpp:636-652,
 # AtenHandlers.gen.cpp, RegisterOptionalAtenOps.cpp.inc): huber_loss, multi_margin_loss, multilabel_margin_loss and
@@ -207,6 +208,48 @@ _INPLACE_DUNDERS = frozenset(
 )
 
 
+# Calls whose index may hold slice bounds, which torch reads as Python ints.
+_INDEXING = frozenset({"__getitem__", "__setitem__"})
+
+
+def _host_value(tensor: torch.Tensor) -> Any:
+    """``tensor``'s value when it is a host constant of the trace, else ``tensor`` itself.
+
+    poptorch 3.4 runs tensors that are not on the IPU (a ``torch.tensor([1])`` the model holds, and arithmetic on it)
+    eagerly on the host, so ``x[start:start + 2]`` with such a ``start`` is an ordinary slice. The emulator's trace
+    records that arithmetic too; a value whose recorded history reaches no graph input is such a host value. One that
+    does is on the IPU: reading it stays refused, as poptorch refuses it ("aten::item is only supported in eager
+    mode"; its user guide: use ``poptorch.dynamic_slice``).
+    """
+    if tensor.numel() != 1 or tensor.is_floating_point() or tensor.dtype == torch.bool:
+        return tensor
+    mode = proxy_tensor.get_innermost_proxy_mode()
+    if mode is not None and proxy_tensor.has_proxy_slot(tensor, mode.tracer):
+        node = proxy_tensor.get_proxy_slot(tensor, mode.tracer).proxy.node
+        seen: set[torch.fx.Node] = set()
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            if current.op == "placeholder":
+                return tensor
+            seen.add(current)
+            stack.extend(current.all_input_nodes)
+    with proxy_tensor.disable_proxy_modes_tracing():
+        return int(tensor.reshape(()).item())
+
+
+def _host_bounds(index: Any) -> Any:
+    # A tensor used as an index (not as a slice bound) is advanced indexing, an operator of the graph: kept.
+    if isinstance(index, slice):
+        parts = [_host_value(p) if isinstance(p, torch.Tensor) else p for p in (index.start, index.stop, index.step)]
+        return slice(*parts)
+    if isinstance(index, tuple):
+        return tuple(_host_bounds(item) if isinstance(item, slice) else item for item in index)
+    return index
+
+
 def _positional(args: tuple[Any, ...], index: int, default: Any = None) -> Any:
     return args[index] if len(args) > index else default
 
@@ -249,6 +292,10 @@ class _DeviceMode(TorchFunctionMode):
                 args = tuple(_upcast(arg) for arg in args)
                 kwargs = {key: _upcast(value) for key, value in kwargs.items()}
         self._context.check_inplace(name, args, kwargs)
+        if name in _INDEXING and len(args) > 1:
+            args = (args[0], _host_bounds(args[1]), *args[2:])
+        elif name == "narrow" and len(args) > 2 and isinstance(args[2], torch.Tensor):
+            args = (*args[:2], _host_value(args[2]), *args[3:])
         args, kwargs = adapt_call(name, args, kwargs)
         replaced = decomposed_here(name)
         if replaced is not None:
@@ -268,6 +315,16 @@ def running_on(context: DeviceContext) -> Iterator[DeviceContext]:
     try:
         with _DeviceMode(context):
             yield context
+    finally:
+        _current.reset(token)
+
+
+@contextlib.contextmanager
+def running_outside_device() -> Iterator[None]:
+    """Run the enclosed code as the host does (a ``poptorch.CPU`` function): annotations and losses not observed."""
+    token = _current.set(None)
+    try:
+        yield
     finally:
         _current.reset(token)
 
