@@ -64,7 +64,10 @@ def test_a_lightning_strategy_without_an_hpu_counterpart_is_refused_naming_what_
         "strategy='xla' is Lightning's XLAStrategy, which has no counterpart on accelerator='hpu'. Accepted with it: "
         "Lightning's names 'ddp', "
     )
-    assert "or the HPU strategies 'hpu_ddp', 'hpu_fsdp', 'hpu_model_parallel', 'hpu_parallel', 'hpu_single'" in message
+    assert (
+        "or the HPU strategies 'hpu_ddp', 'hpu_fast_ddp', 'hpu_fsdp', 'hpu_model_parallel', 'hpu_parallel', "
+        "'hpu_single'" in message
+    )
 
 
 def test_an_instance_of_lightnings_ddp_becomes_the_hpu_strategy_with_its_arguments() -> None:

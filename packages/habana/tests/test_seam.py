@@ -111,6 +111,7 @@ def test_plugin_spec_imports_neither_torch_nor_lightning_nor_the_sdk(emulate: st
         "hpu_single",
         "hpu_parallel",
         "hpu_ddp",
+        "hpu_fast_ddp",
         "hpu_fsdp",
         "hpu_model_parallel",
     }
