@@ -12,7 +12,12 @@ import sys
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.habana import sdk
 
-__all__ = ["DS_ACCELERATOR_VAR", "check_deepspeed_accelerator", "prepare_deepspeed_import"]
+__all__ = [
+    "DS_ACCELERATOR_VAR",
+    "check_deepspeed_accelerator",
+    "check_process_group_backend",
+    "prepare_deepspeed_import",
+]
 
 DS_ACCELERATOR_VAR = "DS_ACCELERATOR"
 
@@ -46,4 +51,22 @@ def check_deepspeed_accelerator() -> None:
             f"`deepspeed` is first imported: set {DS_ACCELERATOR_VAR}={wanted} (now "
             f"{os.environ.get(DS_ACCELERATOR_VAR)!r}) before importing deepspeed, or import "
             "lightning_accel.deepspeed_hpu before deepspeed."
+        )
+
+
+def check_process_group_backend(backend: str | None, owner: str) -> None:
+    """Refuse a ``process_group_backend`` other than HCCL's (``None`` means HCCL too).
+
+    Args:
+        backend: The ``process_group_backend`` given.
+        owner: The class it was given to, named in the error (``"HPUDeepSpeedStrategy"``, or ``"DeepSpeedStrategy"``
+            for a Lightning instance handed over).
+
+    Raises:
+        ConfigurationError: Naming ``owner``, the backend and the accepted ones.
+    """
+    if backend not in (None, sdk.distributed_backend()):
+        raise ConfigurationError(
+            f"{owner}(process_group_backend={backend!r}) does not run on HPUs. Accepted: "
+            f"process_group_backend={sdk.distributed_backend()!r} or None (HCCL, Gaudi's collective library)."
         )

@@ -15,13 +15,17 @@ from typing import Any
 
 from lightning_accel.core.errors import ConfigurationError
 
+from .optimizers import check_config_optimizer
+
 __all__ = [
     "ARGUMENT_DEFAULTS",
     "CONFIG_PATH_VAR",
     "STAGES",
     "check_against_arguments",
+    "check_arguments",
     "check_batch_size",
     "check_nvme_offload",
+    "check_strategy_config",
     "check_precision",
     "explicit_arguments",
     "load_config",
@@ -99,6 +103,25 @@ def validate_offload_device(device: Any, argument: str) -> None:
             f"{argument}={device!r} is not an offload device. Accepted: 'cpu' (host memory) or 'nvme' (with "
             "nvme_path=...). Fix: pass one of these; the HPU itself is where nothing is offloaded."
         )
+
+
+def check_arguments(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Check a strategy's ZeRO arguments before Lightning builds anything; return those changed from their defaults.
+
+    The Trainer's and Fabric's ``HPUDeepSpeedStrategy`` both call it first thing, and hand what it returns to
+    :func:`check_strategy_config` once Lightning has loaded or built the config.
+
+    Args:
+        given: The strategy's arguments, named as in :data:`ARGUMENT_DEFAULTS`.
+
+    Raises:
+        ConfigurationError: For a ``stage`` that is not a ZeRO stage, or an ``offload_optimizer_device`` /
+            ``offload_params_device`` DeepSpeed does not have.
+    """
+    validate_stage(given["stage"])
+    validate_offload_device(given["offload_optimizer_device"], "offload_optimizer_device")
+    validate_offload_device(given["offload_params_device"], "offload_params_device")
+    return explicit_arguments(given)
 
 
 def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -186,6 +209,25 @@ def check_against_arguments(config: Mapping[str, Any], explicit: Mapping[str, An
             f"{name}={value!r} conflicts with the DeepSpeed config that was given: {said}. When a config is given it "
             f"decides every ZeRO setting. Fix: set {key} in the config and drop {name}=, or drop the config."
         )
+
+
+def check_strategy_config(config: Mapping[str, Any], explicit: Mapping[str, Any], user_config: bool) -> None:
+    """Check the config a strategy ended up with (Trainer's and Fabric's alike), before any process starts.
+
+    Args:
+        config: The config Lightning loaded, or built from the arguments.
+        explicit: The arguments changed from their defaults, as :func:`check_arguments` returned them.
+        user_config: Whether the config was given (a dict, a path, ``PL_DEEPSPEED_CONFIG_PATH``): only then can it
+            contradict ``explicit``.
+
+    Raises:
+        ConfigurationError: From :func:`check_against_arguments`, :func:`check_nvme_offload` and
+            :func:`~lightning_accel.deepspeed_hpu.optimizers.check_config_optimizer`, in that order.
+    """
+    if user_config:
+        check_against_arguments(config, explicit)
+    check_nvme_offload(config)
+    check_config_optimizer(config)
 
 
 def zero_stage(config: Mapping[str, Any]) -> int:

@@ -21,8 +21,7 @@ from lightning_accel.habana import sdk
 from lightning_accel.habana.distributed import HCCLStrategyMixin, MarkStepAfterUpdates
 
 from . import config as ds_config
-from ._runtime import check_deepspeed_accelerator, prepare_deepspeed_import
-from .optimizers import check_config_optimizer
+from ._runtime import check_deepspeed_accelerator, check_process_group_backend, prepare_deepspeed_import
 
 if TYPE_CHECKING:
     import deepspeed
@@ -131,11 +130,7 @@ class HPUDeepSpeedStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, MarkStepA
     ) -> None:
         # DeepSpeed picks its accelerator when it is first imported, which Lightning's __init__ does.
         prepare_deepspeed_import()
-        ds_config.validate_stage(stage)
-        ds_config.validate_offload_device(offload_optimizer_device, "offload_optimizer_device")
-        ds_config.validate_offload_device(offload_params_device, "offload_params_device")
-        _check_backend(process_group_backend, "HPUDeepSpeedStrategy")
-        explicit = ds_config.explicit_arguments(
+        explicit = ds_config.check_arguments(
             {
                 "zero_optimization": zero_optimization,
                 "stage": stage,
@@ -154,6 +149,7 @@ class HPUDeepSpeedStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, MarkStepA
                 else logging_batch_size_per_gpu,
             }
         )
+        check_process_group_backend(process_group_backend, "HPUDeepSpeedStrategy")
         self._user_config = False
         super().__init__(
             accelerator=accelerator,
@@ -204,10 +200,7 @@ class HPUDeepSpeedStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, MarkStepA
             exclude_frozen_parameters=exclude_frozen_parameters,
         )
         assert self.config is not None
-        if self._user_config:
-            ds_config.check_against_arguments(self.config, explicit)
-        ds_config.check_nvme_offload(self.config)
-        check_config_optimizer(self.config)
+        ds_config.check_strategy_config(self.config, explicit, self._user_config)
 
     # --- devices and processes -------------------------------------------------------------------------------------
 
@@ -318,7 +311,7 @@ class HPUDeepSpeedStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, MarkStepA
             ConfigurationError: For a ``process_group_backend`` other than ``"hccl"``, or a config the HPU strategy
                 refuses.
         """
-        _check_backend(strategy._process_group_backend, "DeepSpeedStrategy")
+        check_process_group_backend(strategy._process_group_backend, "DeepSpeedStrategy")
         return cls(
             accelerator=strategy._accelerator,
             config=copy.deepcopy(strategy.config),
@@ -346,11 +339,3 @@ class HPUDeepSpeedStrategy(StagedFabricCheckpoints, HCCLStrategyMixin, MarkStepA
             strategy_registry.register(
                 spec.name, cls, description=spec.description, override=True, **dict(spec.init_params)
             )
-
-
-def _check_backend(backend: str | None, owner: str) -> None:
-    if backend not in (None, sdk.distributed_backend()):
-        raise ConfigurationError(
-            f"{owner}(process_group_backend={backend!r}) does not run on HPUs. Accepted: "
-            f"process_group_backend={sdk.distributed_backend()!r} or None (HCCL, Gaudi's collective library)."
-        )

@@ -25,9 +25,9 @@ from lightning_accel.habana import sdk
 from lightning_accel.habana.distributed import HCCLStrategyMixin, MarkStepAfterUpdates, MarkStepAroundEvaluation
 
 from . import config as ds_config
-from ._runtime import check_deepspeed_accelerator, prepare_deepspeed_import
+from ._runtime import check_deepspeed_accelerator, check_process_group_backend, prepare_deepspeed_import
 from .inference import InferenceSettings, TensorParallelGroups, split_inference_config
-from .optimizers import check_client_optimizer, check_config_optimizer
+from .optimizers import check_client_optimizer
 from .precision import HPUDeepSpeedPrecisionPlugin
 
 if TYPE_CHECKING:
@@ -150,9 +150,6 @@ class HPUDeepSpeedStrategy(
     ) -> None:
         # DeepSpeed picks its accelerator when it is first imported, which Lightning's __init__ does.
         prepare_deepspeed_import()
-        ds_config.validate_stage(stage)
-        ds_config.validate_offload_device(offload_optimizer_device, "offload_optimizer_device")
-        ds_config.validate_offload_device(offload_params_device, "offload_params_device")
         given = {
             "zero_optimization": zero_optimization,
             "stage": stage,
@@ -167,7 +164,7 @@ class HPUDeepSpeedStrategy(
             "synchronize_checkpoint_boundary": synchronize_checkpoint_boundary,
             "logging_batch_size_per_gpu": logging_batch_size_per_gpu,
         }
-        explicit = ds_config.explicit_arguments(given)
+        explicit = ds_config.check_arguments(given)
         self._user_config = False
         super().__init__(
             accelerator=accelerator,
@@ -219,10 +216,7 @@ class HPUDeepSpeedStrategy(
         )
         assert self.config is not None
         self.config, inference_config = split_inference_config(self.config)
-        if self._user_config:
-            ds_config.check_against_arguments(self.config, explicit)
-        ds_config.check_nvme_offload(self.config)
-        check_config_optimizer(self.config)
+        ds_config.check_strategy_config(self.config, explicit, self._user_config)
         self.inference = InferenceSettings.merge(inference_config, kwargs)
         self.inference.tp_size  # noqa: B018 - validates tensor_parallel now rather than at predict
 
@@ -516,12 +510,7 @@ class HPUDeepSpeedStrategy(
         """
         import copy
 
-        backend = strategy._process_group_backend
-        if backend not in (None, sdk.distributed_backend()):
-            raise ConfigurationError(
-                f"DeepSpeedStrategy(process_group_backend={backend!r}) does not run on HPUs. Accepted: "
-                f"process_group_backend={sdk.distributed_backend()!r} or None (HCCL, Gaudi's collective library)."
-            )
+        check_process_group_backend(strategy._process_group_backend, "DeepSpeedStrategy")
         return cls(
             accelerator=strategy._accelerator,
             config=copy.deepcopy(strategy.config),
