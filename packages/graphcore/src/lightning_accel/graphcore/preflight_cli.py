@@ -15,61 +15,19 @@ Example:
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from lightning_accel.core.preflight_args import build_instance, parse_init_args
+
 __all__ = ["FORMATS", "main", "render"]
 
 FORMATS = ("table", "markdown", "json")
 #: Findings that stop the model from compiling or fitting on the IPU: the command exits with 1 when one is found.
 _BLOCKING = ("unsupported_op", "loss", "dynamic_shape", "not_compiled", "memory")
-
-
-def _parse_init_args(values: Sequence[str], option: str) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for value in values:
-        text = value.strip()
-        if text.startswith("{"):
-            try:
-                parsed = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{option} {value!r}: not a JSON object ({exc}).") from None
-            result.update(parsed)
-            continue
-        key, sep, raw = text.partition("=")
-        if not sep or not key.isidentifier():
-            raise ValueError(
-                f"{option} {value!r}: not a JSON object nor key=value. Accepted: '{{\"hidden\": 32}}' or hidden=32."
-            )
-        try:
-            result[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            result[key] = raw
-    return result
-
-
-def _build(path: str, init_args: dict[str, Any], option: str, base: type) -> Any:
-    module_name, sep, name = path.partition(":")
-    if not sep or not module_name or not name:
-        raise ValueError(f"{option}={path!r}: expected 'package.module:Class' (e.g. 'my_project.model:Net').")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{option}={path!r}: cannot import {module_name!r} ({exc}). Is it on PYTHONPATH?") from None
-    for part in name.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{option}={path!r}: module {module_name!r} has no {name!r}.")
-        obj = getattr(obj, part)
-    if not (isinstance(obj, type) and issubclass(obj, base)):
-        raise ValueError(f"{option}={path!r} is {obj!r}, not a subclass of {base.__name__}.")
-    try:
-        return obj(**init_args)
-    except TypeError as exc:
-        raise ValueError(f"{option}={path!r}: {obj.__name__}(**{init_args!r}) failed: {exc}") from None
 
 
 def _first_batch(model: Any, datamodule: Any) -> list[Any]:
@@ -143,12 +101,12 @@ def _report(args: argparse.Namespace) -> dict[str, Any]:
     from .preflight import ipu_preflight
     from .preflight_memory import ipu_memory
 
-    model = _build(args.target, _parse_init_args(args.init_args, "--init-args"), "target", LightningModule)
+    model = build_instance(args.target, parse_init_args(args.init_args, "--init-args"), "target", LightningModule)
     datamodule = None
     if args.datamodule:
-        datamodule = _build(
+        datamodule = build_instance(
             args.datamodule,
-            _parse_init_args(args.datamodule_args, "--datamodule-args"),
+            parse_init_args(args.datamodule_args, "--datamodule-args"),
             "--datamodule",
             LightningDataModule,
         )

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning_accel.core.preflight_args import build_instance, import_class, parse_init_args
+
 from .. import sdk
 from .memory import STRATEGIES, add_memory_findings
 from .report import FORMATS, Finding, Report, merge_reports, render
@@ -30,59 +32,6 @@ __all__ = ["DEFAULT_STEPS", "main", "parse_init_args", "preflight", "run_preflig
 #: Training steps per mode when not told: enough for a second and third step to show recompilations.
 DEFAULT_STEPS = 3
 _MODES = ("lazy", "compile")
-
-
-def parse_init_args(values: Sequence[str], option: str = "--init-args") -> dict[str, Any]:
-    """Init arguments from a JSON object or ``key=value`` pairs (values read as JSON when they parse, else strings).
-
-    Raises:
-        ValueError: For a value that is neither, naming ``option``.
-    """
-    result: dict[str, Any] = {}
-    for value in values:
-        text = value.strip()
-        if text.startswith("{"):
-            try:
-                parsed = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{option} {value!r}: not a JSON object ({exc}).") from None
-            result.update(parsed)
-            continue
-        key, sep, raw = text.partition("=")
-        if not sep or not key.isidentifier():
-            raise ValueError(
-                f"{option} {value!r}: not a JSON object nor key=value. Accepted: '{{\"hidden\": 32}}' or hidden=32."
-            )
-        try:
-            result[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            result[key] = raw
-    return result
-
-
-def _import_class(path: str, option: str) -> Any:
-    module_name, sep, name = path.partition(":")
-    if not sep or not module_name or not name:
-        raise ValueError(f"{option}={path!r}: expected 'package.module:Class' (e.g. 'my_project.model:Net').")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{option}={path!r}: cannot import {module_name!r} ({exc}). Is it on PYTHONPATH?") from None
-    for part in name.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{option}={path!r}: module {module_name!r} has no {name!r}.")
-        obj = getattr(obj, part)
-    return obj
-
-
-def _build(path: str, init_args: Mapping[str, Any], option: str, base: type) -> Any:
-    cls = _import_class(path, option)
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise ValueError(f"{option}={path!r} is {cls!r}, not a subclass of {base.__name__}.")
-    try:
-        return cls(**init_args)
-    except TypeError as exc:
-        raise ValueError(f"{option}={path!r}: {cls.__name__}(**{dict(init_args)!r}) failed: {exc}") from None
 
 
 def _run_here(mode: str, target: str, steps: int, precision: str | None, objects: Mapping[str, Any]) -> Report:
@@ -129,9 +78,9 @@ def _child(args: argparse.Namespace) -> int:
         with open(args.payload, "rb") as handle:
             objects = pickle.load(handle)
     else:
-        objects = {"model": _build(args.target, parse_init_args(args.init_args), "target", LightningModule)}
+        objects = {"model": build_instance(args.target, parse_init_args(args.init_args), "target", LightningModule)}
         if args.datamodule:
-            objects["datamodule"] = _build(
+            objects["datamodule"] = build_instance(
                 args.datamodule,
                 parse_init_args(args.datamodule_args, "--datamodule-args"),
                 "--datamodule",
@@ -225,9 +174,9 @@ def run_preflight(
     _check(modes, steps)
     _check_memory(strategies, world_size, batch_size, tp_size)
     # Imported here too, so that a misspelt path fails at once with its message rather than in each mode's process.
-    _import_class(target, "target")
+    import_class(target, "target")
     if datamodule:
-        _import_class(datamodule, "--datamodule")
+        import_class(datamodule, "--datamodule")
     parse_init_args(init_args)
     parse_init_args(datamodule_args, "--datamodule-args")
     child_args = [target, *[a for v in init_args for a in ("--init-args", v)]]
