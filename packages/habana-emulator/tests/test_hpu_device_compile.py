@@ -57,6 +57,54 @@ def _mlp() -> torch.nn.Module:
     ).to("hpu")
 
 
+def _default_backend_failure() -> str:
+    """What torch's default backend (Inductor) raises for a function on HPU tensors, as type and message."""
+
+    @torch.compile  # a GPU script's decorator
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) * 2
+
+    with pytest.raises(Exception) as failed:  # torch's error, whatever its type: compared below
+        scaled(torch.randn(4, device="hpu"))
+    return f"{type(failed.value).__module__}.{type(failed.value).__name__}: {failed.value}"
+
+
+# First in this module: the child runs it before any other test here has compiled with hpu_backend.
+@isolated
+def test_torchs_default_backend_fails_on_hpu_before_and_after_hpu_backend_compiles() -> None:
+    # Gaudi's Inductor has no "hpu" device; the emulator registers the CPU's code generator for hpu_backend's own
+    # compilations only, so the default backend fails the same way whether or not hpu_backend has compiled.
+    before = _default_backend_failure()
+    assert "KeyError: 'hpu'" in before, before
+
+    x = torch.randn(5, 8, device="hpu")
+    model, eager_model = _mlp(), _mlp()
+    compiled = torch.compile(model, backend="hpu_backend")
+
+    def step(batch: torch.Tensor) -> None:
+        for m in (model, eager_model):
+            m.zero_grad()
+        out = compiled(batch)
+        expected = eager_model(batch)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-6)
+        out.square().mean().backward()  # the backward graph compiles here, at its first call
+        expected.square().mean().backward()
+        for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+            assert p.grad is not None and q.grad is not None
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+
+    # Without Inductor's caches: a graph an earlier run compiled would be loaded, not compiled, here.
+    with torch.compiler.config.patch(force_disable_caches=True):
+        for rows in (5, 7, 7, 9, 5):  # a second shape recompiles (dynamic shapes); the compiled code is reused after
+            step(x.new_empty(rows, 8).normal_())
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2  # compiled and recompiled, not run eagerly
+
+    after = _default_backend_failure()
+    assert after == before
+    for _ in range(3):  # hpu_backend's compiled forward and backward keep running
+        step(x)
+
+
 @isolated
 def test_backend_compiles_a_graph_whose_forward_equals_eager() -> None:
     from lightning_accel.habana_emulator import hpu

@@ -14,7 +14,8 @@ The contract (gaudi-pytorch-bridge v1.18/v1.19, ``.../compile_backend/backends.p
 
 On the emulator the captured graphs are compiled by TorchInductor on the ``"hpu"`` tensors themselves: the emulated
 HPU's memory is host memory, so Inductor's C++ code generator for the CPU is registered for device ``"hpu"``
-(``.._inductor``) and its kernels run on the HPU tensors' memory. Factories (``torch.arange(n, device=x.device)``)
+while ``hpu_backend`` compiles a graph (``.._inductor``; torch's default backend still fails on HPU tensors, as on
+Gaudi) and its kernels run on the HPU tensors' memory. Factories (``torch.arange(n, device=x.device)``)
 and ``scaled_dot_product_attention`` inside compiled code compile. A real compilation, with Inductor's numerics
 rather than Gaudi's graph compiler's.
 
@@ -74,12 +75,11 @@ def hpu_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any], *
 
     _refuse_lazy_mode()
     _refuse_during_capture()
-    _inductor.register()
     started = time.perf_counter_ns()
     # The settings tune Gaudi's graph compiler; Inductor compiles here, so they are checked and set, not used.
     with hpu_backend_config.patch(kwargs.get("options")):  # type: ignore[attr-defined]  # a torch config module
         compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
-            graph_module, example_inputs, config_patches=_inductor.CONFIG_PATCHES
+            graph_module, example_inputs, inner_compile=_inductor.inner_compile, config_patches=_inductor.CONFIG_PATCHES
         )
     # Metrics hook: each graph the SDK's backend compiles is a Synapse graph compilation that emits GRAPH_COMPILE
     # (backend/synapse_helpers/graph.cpp:612-620, duration in microseconds); here Inductor's compilation is that work.
