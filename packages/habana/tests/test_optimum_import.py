@@ -176,6 +176,7 @@ MAPPED: dict[str, tuple[Any, dict[str, Any], Check]] = {
         {},
         lambda r: r.strategy == ("fast_ddp", {"timeout": timedelta(seconds=1800), "buffer_dtype": "bfloat16"}),
     ),
+    "context_parallel_size": (2, {}, lambda r: r.strategy[0] == "context_parallel"),
 }
 
 
@@ -641,3 +642,40 @@ def test_knob_combinations_that_would_do_nothing_are_refused() -> None:
         import_optimum_habana(None, {"cache_size_limit": 64})
     with pytest.raises(ConfigurationError, match=r"training_args: DynamoSettings\(cache_size_limit=0\) is not"):
         import_optimum_habana(None, {"cache_size_limit": 0, "torch_compile": True})
+
+
+def test_context_parallel_size_builds_the_context_parallel_strategy(eager_mode: None) -> None:
+    from lightning.pytorch import Trainer
+
+    from lightning_accel.habana import HPUContextParallelStrategy
+
+    run = import_optimum_habana(None, {"context_parallel_size": 2, "ddp_timeout": 60, "use_lazy_mode": False})
+    assert run.strategy == (
+        "context_parallel",
+        {
+            "find_unused_parameters": False,
+            "bucket_cap_mb": 230,
+            "timeout": timedelta(seconds=60),
+            "context_parallel_size": 2,
+        },
+    )
+    # On one device too: the strategy, not "auto", so that its set-up refuses a size the world size cannot hold.
+    for devices in (1, 2):
+        strategy = Trainer(**run.trainer_kwargs(devices=devices)).strategy
+        assert isinstance(strategy, HPUContextParallelStrategy)
+        assert strategy.context_parallel_size == 2
+
+
+def test_context_parallel_size_refuses_what_it_cannot_join() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"training_args: context_parallel_size=0 is not accepted. Accepted: an"
+    ):
+        import_optimum_habana(None, {"context_parallel_size": 0})
+    with pytest.raises(ConfigurationError) as raised:
+        import_optimum_habana(None, {"context_parallel_size": 2, "distribution_strategy": "fast_ddp"})
+    assert str(raised.value) == (
+        "training_args: context_parallel_size=2 with distribution_strategy='fast_ddp' is not supported yet (issue "
+        "46): context parallelism runs on DDP (HPUContextParallelStrategy). Drop one of them."
+    )
+    with pytest.raises(ConfigurationError, match=r"context_parallel_size=2 with fsdp is not supported yet"):
+        import_optimum_habana(None, {"context_parallel_size": 2, "fsdp": "full_shard"})

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .compilation import HPUCompile
     from .compile_backends import aot_hpu_inference_backend, aot_hpu_training_backend, hpu_backend
     from .compile_metrics import HPUCompileMetrics
+    from .context_parallel import ContextParallel, HPUContextParallelStrategy
     from .dynamo_settings import DynamoSettings
     from .fsdp_precision import HPUFSDPPrecision
     from .fused import fused_adamw, fused_clip_grad_norm_, fused_optimizer, fused_sdpa, use_fused_sdpa
@@ -56,11 +57,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdjustedThroughputMonitor",
+    "ContextParallel",
     "DynamoSettings",
     "HPUAccelerator",
     "HPUCheckpointIO",
     "HPUCompile",
     "HPUCompileMetrics",
+    "HPUContextParallelStrategy",
     "HPUFSDPPrecision",
     "HPUFastDDPStrategy",
     "HPUFSDPStrategy",
@@ -99,6 +102,8 @@ __getattr__, __dir__ = lazy_exports(
         "HPUCheckpointIO": ".checkpoint_io",
         "HPUCompile": ".compilation",
         "HPUCompileMetrics": ".compile_metrics",
+        "ContextParallel": ".context_parallel",
+        "HPUContextParallelStrategy": ".context_parallel",
         "HPUFSDPPrecision": ".fsdp_precision",
         "HPUFSDPStrategy": ".strategies",
         "HPUFastDDPStrategy": ".strategies.fast_ddp",

@@ -144,7 +144,7 @@ class OptimumImport:
         compile: ``HPUCompile`` arguments, or ``None``.
         graphs: ``HPUGraphs`` arguments, or ``None``.
         profiler: ``HPUProfiler`` arguments, or ``None``.
-        strategy: ``("single" | "ddp" | "fast_ddp" | "fsdp" | "deepspeed", arguments)``.
+        strategy: ``("single" | "ddp" | "fast_ddp" | "context_parallel" | "fsdp" | "deepspeed", arguments)``.
         trainer: Plain ``Trainer`` arguments.
         checkpoint: ``ModelCheckpoint`` arguments, or ``None`` (checkpointing off).
         logger: ``"default"``, ``"off"`` or ``("tensorboard", save_dir)``.
@@ -330,6 +330,11 @@ class OptimumImport:
             from lightning_accel.habana.strategies import HPUFSDPStrategy
 
             return HPUFSDPStrategy(**arguments)
+        if kind == "context_parallel":
+            # Built even on one device: the strategy then refuses a size that does not divide the world size.
+            from lightning_accel.habana.context_parallel import HPUContextParallelStrategy
+
+            return HPUContextParallelStrategy(**arguments)
         if devices == 1:
             return "auto"
         if kind == "fast_ddp":
@@ -912,6 +917,7 @@ def _knobs(run: OptimumImport, a: Mapping[str, Any]) -> None:
 
 
 def _distribution(run: OptimumImport, a: Mapping[str, Any], deepspeed: bool) -> None:
+    _context_parallel(run, a, deepspeed)
     kind = a["distribution_strategy"]
     if kind in ("ddp", None):
         return
@@ -939,6 +945,26 @@ def _distribution(run: OptimumImport, a: Mapping[str, Any], deepspeed: bool) -> 
             "distribution_strategy='ddp'."
         )
     run.strategy = ("fast_ddp", {"timeout": run.strategy[1]["timeout"], "buffer_dtype": "bfloat16"})
+
+
+def _context_parallel(run: OptimumImport, a: Mapping[str, Any], deepspeed: bool) -> None:
+    size = a["context_parallel_size"]
+    if size in (1, None):
+        return
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise _refuse(
+            f"training_args: context_parallel_size={size!r} is not accepted. Accepted: an int >= 1 (1: none), "
+            "dividing the number of HPUs."
+        )
+    if run.strategy[0] != "ddp" or a["distribution_strategy"] not in ("ddp", None):
+        other = (
+            "deepspeed" if deepspeed else "fsdp" if run.strategy[0] == "fsdp" else "distribution_strategy='fast_ddp'"
+        )
+        raise _refuse(
+            f"training_args: context_parallel_size={size} with {other} is not supported yet (issue 46): context "
+            "parallelism runs on DDP (HPUContextParallelStrategy). Drop one of them."
+        )
+    run.strategy = ("context_parallel", {**run.strategy[1], "context_parallel_size": size})
 
 
 def _evaluation(a: Mapping[str, Any]) -> dict[str, Any]:

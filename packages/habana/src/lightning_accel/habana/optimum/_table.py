@@ -400,14 +400,15 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
         "fast_ddp's buffer is bfloat16 as optimum-habana's; the DDP-only fields (ddp_find_unused_parameters, "
         "ddp_bucket_cap_mb, ddp_broadcast_buffers) and fsdp / deepspeed are refused with it",
     ),
-    _r(
+    _m(
         _T,
         "context_parallel_size",
         1,
-        f"context parallelism (each rank attends over its slice of the sequence with the other slices exchanged in "
-        f"a ring) is {_NOT_YET}: HPUModelParallelStrategy has data and tensor parallelism only, and a size above 1 "
-        "would train every rank on the whole sequence",
-        _one_of(1, None),
+        "HPUContextParallelStrategy(context_parallel_size=...): each group of that many ranks splits every sequence "
+        "into contiguous slices and gathers the keys and values for attention; data parallel over the groups",
+        "your training_step slices with trainer.strategy.context_parallel.split(input_ids) and returns "
+        "context_parallel.loss(logits, labels); causal SDPA attention only (attn_implementation='sdpa'), no padding, "
+        "sequence length a multiple of the size; refused with deepspeed, fsdp or fast_ddp; checked on the emulator",
     ),
     _m(
         _T,
