@@ -514,6 +514,7 @@ def _memory_profile(trainer: Trainer, pl_module: LightningModule, batch_size: in
         "parameter_count": sum(p.numel() for p in params),
         "root_parameters": root,
         "block_parameters": block,
+        "largest_parameter": max((_nbytes([p]) for p in params), default=0),
     }
 
 

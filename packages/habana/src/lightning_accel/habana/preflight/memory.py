@@ -17,17 +17,28 @@ the working memory):
   gathered at a time (one block's parameters and another's unsharded gradients, or the prefetched next block).
 - ``fsdp2_tp``: as ``fsdp`` over ``N / tp`` data-parallel ranks, with the states and gathered blocks also split ``tp``
   ways; ``W`` is kept whole (the norms, residuals and the loss are not split by tensor parallelism).
-- ``zero1`` / ``zero2`` / ``zero3``: DeepSpeed keeps an fp32 master copy of the parameters for its optimizer even in
-  fp32 training, partitioned with the optimizer state: ``P + G / N + (M + O) / N + W`` for stages 1 and 2 (DeepSpeed's
-  stage 1 also partitions the reduced gradients), ``(P + G + M + O) / N + W`` plus the gathered blocks for stage 3;
-  ``M`` is the parameters' count in float32.
-- ``*_offload``: the master copy and the optimizer state live on the host (``offload_optimizer``); stage 3 also keeps
-  its parameter partitions there (``offload_param``), gathering blocks onto the device as it goes.
+- ``zero1`` / ``zero2`` / ``zero3``: what DeepSpeed allocates with the run's ZeRO settings (``deepspeed_config``;
+  default: HPUDeepSpeedStrategy's arguments). ``M`` is its float32 master copy of the parameters, kept even in fp32
+  training and partitioned with the optimizer state; ``B`` its gradient bucket (``reduce_bucket_size`` elements,
+  allocated only with ``contiguous_gradients``; stages 1 and 2 take two with ``overlap_comm``); ``L`` the largest
+  parameter. The peak is the larger of two phases on top of what stays between steps:
 
-Checked on the emulator against measured peaks (``test_preflight_memory.py``): ``ddp`` and ``fsdp`` (FSDP2) on two
-emulated HPUs. The ZeRO figures follow the partitioning above and DeepSpeed's own state accounting
-(``benchmarks/results/zero_memory.md``); they are not compared with a measured device peak, and none of the figures
-include a real HPU's allocator pool, graph compiler workspace or HCCL buffers.
+  - stages 1 and 2 keep ``P + (M + O) / N`` (the parameters live in one flat buffer); the forward and backward pass
+    add the reduced gradient partition ``G / N``, the buckets, the gradient autograd just produced (at most ``L``)
+    and ``W``; the optimizer step adds ``G / N`` and two temporaries the size of the master partition (torch's
+    Adam/AdamW over DeepSpeed's one flat tensor: ``sqrt`` and the division);
+  - stage 3 keeps ``(P + G + M + O) / N + B``; the forward and backward pass add the gathered parameters (all of
+    them up to ``stage3_max_live_parameters``) and the flat buffer of the gather in flight (up to
+    ``stage3_prefetch_bucket_size``: the gathered copies and that buffer live together), and ``W``; the step adds as
+    for stages 1 and 2. Parameters under ``stage3_param_persistence_threshold`` (kept whole) are left out.
+- ``*_offload``: the master copy, the optimizer state and its step live on the host (``offload_optimizer``); stages
+  1 and 2 keep ``P`` and a device buffer of ``L`` for the copies to the host, stage 3 also keeps its parameter and
+  gradient partitions there (``offload_param``) and only ``B`` on the device.
+
+Checked on the emulator against measured peaks: ``ddp`` and ``fsdp`` (FSDP2) on two emulated HPUs
+(``packages/habana/tests/test_preflight_memory.py``), and every ZeRO row with HPUDeepSpeedStrategy on two emulated
+HPUs (``packages/deepspeed-hpu/tests/test_preflight_zero_memory.py``). None of the figures include a real HPU's
+allocator pool, graph compiler workspace or HCCL buffers.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from .report import Finding, Report
 
 __all__ = [
     "DEVICES",
+    "ZERO_SETTINGS",
     "STRATEGIES",
     "MemoryProfile",
     "add_memory_findings",
@@ -67,6 +79,57 @@ STRATEGIES = {
 }
 
 
+#: The DeepSpeed ``zero_optimization`` settings the ZeRO predictions read, with the values HPUDeepSpeedStrategy's
+#: arguments give them (the prediction's default). A ``deepspeed_config`` that leaves one out gets DeepSpeed's own.
+ZERO_SETTINGS: dict[str, int | bool] = {
+    "reduce_bucket_size": 200_000_000,
+    "overlap_comm": True,
+    "contiguous_gradients": True,
+    "stage3_prefetch_bucket_size": 50_000_000,
+    "stage3_max_live_parameters": 1_000_000_000,
+}
+# DeepSpeed's defaults (deepspeed/runtime/zero/config.py); its overlap_comm defaults to on for stage 3 only.
+_DEEPSPEED_DEFAULTS: dict[str, int | bool | None] = {
+    "reduce_bucket_size": 500_000_000,
+    "overlap_comm": None,
+    "contiguous_gradients": True,
+    "stage3_prefetch_bucket_size": 50_000_000,
+    "stage3_max_live_parameters": 1_000_000_000,
+}
+
+
+def _zero_settings(deepspeed_config: Mapping[str, Any] | None, stage: int) -> dict[str, int | bool]:
+    """The ZeRO settings of ``deepspeed_config`` (a DeepSpeed config dict) that the prediction reads."""
+    if deepspeed_config is None:
+        return dict(ZERO_SETTINGS)
+    if not isinstance(deepspeed_config, Mapping):
+        raise ValueError(
+            f"deepspeed_config={deepspeed_config!r}: must be a DeepSpeed config dict (the one the run passes as "
+            "HPUDeepSpeedStrategy(config=...)), or None for HPUDeepSpeedStrategy's defaults."
+        )
+    section = deepspeed_config.get("zero_optimization", {})
+    if not isinstance(section, Mapping):
+        raise ValueError(
+            f"deepspeed_config['zero_optimization']={section!r}: must be a dict of ZeRO settings, "
+            "e.g. {'stage': 2, 'reduce_bucket_size': 200000000}."
+        )
+    settings: dict[str, int | bool] = {}
+    for key, default in _DEEPSPEED_DEFAULTS.items():
+        value = section.get(key, default)
+        if key == "overlap_comm" and value is None:
+            value = stage == 3
+        if isinstance(default, bool) or key == "overlap_comm":
+            if not isinstance(value, bool):
+                raise ValueError(f"deepspeed_config['zero_optimization'][{key!r}]={value!r}: must be true or false.")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(
+                f"deepspeed_config['zero_optimization'][{key!r}]={value!r}: must be a number of elements >= 0 "
+                f"(DeepSpeed's default: {default:.0e})."
+            )
+        settings[key] = value if isinstance(value, bool) else int(value)
+    return settings
+
+
 @dataclass(frozen=True)
 class MemoryProfile:
     """What one HPU's training step held, in bytes, at one micro-batch size.
@@ -80,7 +143,9 @@ class MemoryProfile:
         parameter_count: The number of parameters (for DeepSpeed's float32 master copy).
         root_parameters: Bytes of the parameters in no block (see :attr:`block_parameters`).
         block_parameters: Bytes of the largest block: an element of the model's largest ``nn.ModuleList``, the unit
-            FSDP and ZeRO-3 gather at a time; the whole model when it has none.
+            FSDP gathers at a time; the whole model when it has none.
+        largest_parameter: Bytes of the largest parameter (DeepSpeed sizes some buffers by it); 0 in profiles made
+            before it was recorded, read then as :attr:`block_parameters`.
 
     Example:
         >>> p = MemoryProfile(10, 10, 20, 46, 4, 2, 2, 2)
@@ -96,6 +161,7 @@ class MemoryProfile:
     parameter_count: int
     root_parameters: int
     block_parameters: int
+    largest_parameter: int = 0
 
     @property
     def states(self) -> int:
@@ -114,7 +180,9 @@ class MemoryProfile:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MemoryProfile:
         """Rebuild a profile from :meth:`as_dict`'s output."""
-        return cls(**{key: int(data[key]) for key in cls.__dataclass_fields__})
+        # Reports written before largest_parameter was recorded lack it: it keeps its default there.
+        optional = {"largest_parameter"}
+        return cls(**{key: int(data[key]) for key in cls.__dataclass_fields__ if key in data or key not in optional})
 
 
 def _check(strategy: str, world_size: int, tp_size: int) -> None:
@@ -128,30 +196,50 @@ def _check(strategy: str, world_size: int, tp_size: int) -> None:
         )
 
 
-def _fixed(profile: MemoryProfile, strategy: str, world_size: int, tp_size: int) -> float:
-    """Bytes per rank that do not depend on the micro-batch."""
+def _parts(
+    profile: MemoryProfile, strategy: str, world_size: int, tp_size: int, deepspeed_config: Mapping[str, Any] | None
+) -> tuple[float, float, float]:
+    """Bytes per rank as ``(kept, with_work, step)``: the peak is ``kept + max(with_work + W, step)``.
+
+    ``kept`` stays between steps; ``with_work`` is what the forward and backward pass add besides the working memory
+    ``W`` (which scales with the micro-batch), ``step`` what the optimizer step adds.
+    """
     n = world_size
     p, g, o = profile.parameters, profile.gradients, profile.optimizer_state
-    master = 4 * profile.parameter_count
     gathered = profile.root_parameters + 2 * profile.block_parameters
     if strategy == "ddp":
-        return p + 2 * g + o
+        return p + 2 * g + o, 0.0, 0.0
     if strategy == "fsdp":
-        return (p + g + o) / n + gathered
+        return (p + g + o) / n + gathered, 0.0, 0.0
     if strategy == "fsdp2_tp":
-        return (p + g + o) / n + gathered / tp_size
-    if strategy == "zero1" or strategy == "zero2":
-        return p + g / n + (master + o) / n
-    if strategy == "zero1_offload" or strategy == "zero2_offload":
-        return p + g / n
+        return (p + g + o) / n + gathered / tp_size, 0.0, 0.0
+    stage = int(strategy[len("zero")])
+    zero = _zero_settings(deepspeed_config, stage)
+    element = p / max(profile.parameter_count, 1)  # bytes per element of the parameters and their gradients
+    master = 4 * profile.parameter_count
+    largest = profile.largest_parameter or profile.block_parameters
+    buckets = 2 if zero["overlap_comm"] and stage < 3 else 1
+    bucket = buckets * int(zero["reduce_bucket_size"]) * element if zero["contiguous_gradients"] else 0.0
+    step = g / n + 2 * master / n
+    if strategy in ("zero1", "zero2"):
+        return p + (master + o) / n, g / n + bucket + largest, step
+    if strategy in ("zero1_offload", "zero2_offload"):
+        return p + largest, bucket + largest, 0.0
+    live = min(p, max(profile.block_parameters, element * int(zero["stage3_max_live_parameters"])))
+    in_flight = min(p, max(profile.block_parameters, element * int(zero["stage3_prefetch_bucket_size"])))
     if strategy == "zero3":
-        return (p + g + master + o) / n + gathered
-    # zero3_offload: parameters, master copy and optimizer state on the host; blocks gathered onto the device.
-    return g / n + gathered
+        return (p + g + master + o) / n + bucket, live + in_flight, step
+    # zero3_offload: parameter and gradient partitions, master copy and optimizer state on the host.
+    return bucket, live + in_flight, 0.0
 
 
 def predict(
-    profile: MemoryProfile, strategy: str, world_size: int, batch_size: int | None = None, tp_size: int = 1
+    profile: MemoryProfile,
+    strategy: str,
+    world_size: int,
+    batch_size: int | None = None,
+    tp_size: int = 1,
+    deepspeed_config: Mapping[str, Any] | None = None,
 ) -> int:
     """Predicted peak device memory per rank, in bytes, of ``strategy`` on ``world_size`` HPUs.
 
@@ -161,9 +249,12 @@ def predict(
         world_size: HPUs in the run.
         batch_size: The micro-batch per rank (default: the profile's).
         tp_size: Tensor-parallel ranks, for ``fsdp2_tp``.
+        deepspeed_config: For the ZeRO strategies, the run's DeepSpeed config (its ``zero_optimization`` settings
+            of :data:`ZERO_SETTINGS` are read; those left out take DeepSpeed's defaults); ``None``: the defaults of
+            HPUDeepSpeedStrategy's arguments.
 
     Raises:
-        ValueError: For an unknown strategy, or sizes that are not positive ints.
+        ValueError: For an unknown strategy, sizes that are not positive ints, or a bad ZeRO setting.
 
     Example:
         >>> p = MemoryProfile(10, 10, 20, 46, 4, 2, 2, 2)
@@ -175,14 +266,23 @@ def predict(
     if not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch_size={batch!r}: must be a positive int (the micro-batch per rank).")
     working = profile.working * batch / profile.batch_size
-    return round(_fixed(profile, strategy, world_size, tp_size) + working)
+    kept, with_work, step = _parts(profile, strategy, world_size, tp_size, deepspeed_config)
+    return round(kept + max(with_work + working, step))
 
 
-def largest_batch(profile: MemoryProfile, strategy: str, world_size: int, capacity: int, tp_size: int = 1) -> int:
+def largest_batch(
+    profile: MemoryProfile,
+    strategy: str,
+    world_size: int,
+    capacity: int,
+    tp_size: int = 1,
+    deepspeed_config: Mapping[str, Any] | None = None,
+) -> int:
     """The largest micro-batch per rank whose predicted peak fits ``capacity`` bytes (0: not even one sample)."""
     _check(strategy, world_size, tp_size)
-    room = capacity - _fixed(profile, strategy, world_size, tp_size)
-    if room <= 0:
+    kept, with_work, step = _parts(profile, strategy, world_size, tp_size, deepspeed_config)
+    room = capacity - kept - with_work
+    if room <= 0 or kept + step > capacity:
         return 0
     per_sample = profile.working / profile.batch_size
     if per_sample <= 0:
@@ -200,14 +300,19 @@ def add_memory_findings(
     world_size: int = 8,
     batch_size: int | None = None,
     tp_size: int = 2,
+    deepspeed_config: Mapping[str, Any] | None = None,
 ) -> None:
     """Add one ``memory`` finding per strategy to ``report``, from the memory profile of its first mode that has one.
 
+    ``deepspeed_config`` is the ZeRO rows' DeepSpeed config (see :func:`predict`).
+
     Raises:
-        ValueError: For an unknown strategy or bad sizes, naming the value and what is accepted.
+        ValueError: For an unknown strategy, bad sizes or a bad ZeRO setting, naming the value and what is accepted.
     """
     for strategy in strategies:
         _check(strategy, world_size, tp_size if strategy == "fsdp2_tp" else 1)
+        if strategy.startswith("zero"):
+            _zero_settings(deepspeed_config, int(strategy[len("zero")]))
     found = next(((m, f["memory"]) for m, f in report.modes.items() if isinstance(f.get("memory"), dict)), None)
     if found is None or not strategies:
         return
@@ -216,8 +321,11 @@ def add_memory_findings(
     batch = profile.batch_size if batch_size is None else batch_size
     for strategy in strategies:
         tp = tp_size if strategy == "fsdp2_tp" else 1
-        need = predict(profile, strategy, world_size, batch, tp)
-        largest = {name: largest_batch(profile, strategy, world_size, cap, tp) for name, cap in DEVICES.items()}
+        need = predict(profile, strategy, world_size, batch, tp, deepspeed_config)
+        largest = {
+            name: largest_batch(profile, strategy, world_size, cap, tp, deepspeed_config)
+            for name, cap in DEVICES.items()
+        }
         fits = {name: need <= cap for name, cap in DEVICES.items()}
         layout = f"{world_size} HPUs" + (f", tensor parallel {tp}" if tp > 1 else "")
         verdict = "; ".join(
