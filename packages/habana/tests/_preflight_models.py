@@ -102,3 +102,25 @@ class Hazards(DynamicLength):
         if loss.item() > 1e6:  # a host synchronisation every step
             raise RuntimeError("diverged")
         return loss
+
+
+class MeetsTheOtherMode(Clean):
+    """A clean model whose run in each mode waits for the other mode's process to have started (bounded)."""
+
+    def __init__(self, folder: str, wait: float = 120.0) -> None:
+        super().__init__()
+        self.folder, self.wait = folder, wait
+
+    def on_train_start(self) -> None:
+        import os
+        import time
+        from pathlib import Path
+
+        mode = "lazy" if os.environ.get("PT_HPU_LAZY_MODE") == "1" else "compile"
+        folder = Path(self.folder)
+        (folder / mode).touch()
+        deadline = time.monotonic() + self.wait
+        while not all((folder / m).exists() for m in ("lazy", "compile")):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the {mode} run waited {self.wait} s and the other mode's run never started")
+            time.sleep(0.1)

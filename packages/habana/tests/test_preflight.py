@@ -244,3 +244,12 @@ def test_core_cli_hands_preflight_to_the_plugin_that_offers_it(capsys: pytest.Ca
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "preflight" in capsys.readouterr().out
+
+
+def test_the_modes_run_side_by_side(tmp_path: Path) -> None:
+    # Each mode's run waits until the other mode's has started: one after the other, the first would give up.
+    model = models.MeetsTheOtherMode(str(tmp_path), wait=120.0)
+    report = preflight(model, modes=("lazy", "compile"), steps=1, strategies=())
+    assert not report.of_kind("not_run"), [f.what for f in report.of_kind("not_run")]
+    assert set(report.modes) == {"lazy", "compile"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compile", "lazy"]

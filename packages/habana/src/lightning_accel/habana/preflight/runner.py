@@ -1,8 +1,9 @@
 """Running the pre-flight steps: one subprocess per execution mode, each a short ``Trainer.fit`` on the HPU.
 
 Lazy mode is chosen when the SDK loads (``PT_HPU_LAZY_MODE``), so each mode runs in its own process
-(``python -m lightning_accel.habana.preflight --child ...``), started with the variable set; the parent merges their
-reports. Objects given in Python reach the child pickled; a model given as ``module:Class`` is built there.
+(``python -m lightning_accel.habana.preflight --child ...``), started with the variable set; the modes' processes run
+side by side (each with ``OMP_NUM_THREADS`` set to its share of the cores, unless the user set it) and the parent
+merges their reports. Objects given in Python reach the child pickled; a model given as ``module:Class`` is built there.
 """
 
 from __future__ import annotations
@@ -100,18 +101,52 @@ def _child_env(mode: str) -> dict[str, str]:
     return env
 
 
-def _spawn(mode: str, child_args: list[str], target: str, steps: int) -> Report:
+def _child_threads(modes: Sequence[str]) -> str | None:
+    """Each child's share of the cores when the modes run side by side (None: the user set OMP_NUM_THREADS)."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return str(max(1, cores // max(1, len(modes))))
+
+
+def _run_modes(modes: Sequence[str], child_args: list[str], target: str, steps: int) -> list[Report]:
+    """Each mode's report, in the order of ``modes``; the modes' processes run side by side, each on its share of cores.
+
+    The modes are independent (each is its own process, with the SDK loaded in that mode), so the report takes as
+    long as the slowest mode rather than their sum. Ctrl-C or any error here stops every child.
+    """
+    threads = _child_threads(modes)
     with tempfile.TemporaryDirectory(prefix="preflight-") as tmp:
-        out = Path(tmp, "report.json")
-        cmd = [sys.executable, "-m", "lightning_accel.habana.preflight", "--child", "--mode", mode]
-        cmd += ["--child-output", str(out), "--steps", str(steps), *child_args]
-        proc = subprocess.run(cmd, env=_child_env(mode), capture_output=True, text=True, check=False)
-        if proc.returncode == 0 and out.exists():
-            return Report.from_dict(json.loads(out.read_text()))
-    tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-12:]
+        started: list[tuple[str, Path, Path, subprocess.Popen[bytes]]] = []
+        try:
+            for mode in modes:
+                out, log = Path(tmp, f"{mode}.json"), Path(tmp, f"{mode}.stderr")
+                cmd = [sys.executable, "-m", "lightning_accel.habana.preflight", "--child", "--mode", mode]
+                cmd += ["--child-output", str(out), "--steps", str(steps), *child_args]
+                env = _child_env(mode)
+                if threads is not None:
+                    env["OMP_NUM_THREADS"] = threads
+                with log.open("wb") as stderr:
+                    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+                started.append((mode, out, log, process))
+            for _, _, _, process in started:
+                process.wait()
+        finally:
+            for _, _, _, process in started:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        return [_mode_report(mode, out, log, process.returncode, target, steps) for mode, out, log, process in started]
+
+
+def _mode_report(mode: str, out: Path, log: Path, returncode: int, target: str, steps: int) -> Report:
+    if returncode == 0 and out.exists():
+        return Report.from_dict(json.loads(out.read_text()))
+    stderr = log.read_text(errors="replace") if log.exists() else ""
+    tail = [line for line in stderr.strip().splitlines() if line.strip()][-12:]
     # The exception's own line, not the hints torch prints after it.
     errors = [line for line in tail if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", line)]
-    error = errors[-1] if errors else tail[-1] if tail else f"exit status {proc.returncode}"
+    error = errors[-1] if errors else tail[-1] if tail else f"exit status {returncode}"
     report = Report(target, steps, modes={mode: {"steps": 0, "failed": True}})
     report.findings.append(
         Finding(
@@ -184,7 +219,7 @@ def run_preflight(
         child_args += ["--datamodule", datamodule, *[a for v in datamodule_args for a in ("--datamodule-args", v)]]
     if precision:
         child_args += ["--precision", precision]
-    report = merge_reports((_spawn(mode, child_args, target, steps) for mode in modes), target, steps)
+    report = merge_reports(_run_modes(modes, child_args, target, steps), target, steps)
     _fill_sites(report)
     add_memory_findings(report, strategies, world_size, batch_size, tp_size)
     return report
@@ -245,7 +280,7 @@ def preflight(
         child_args = [target, "--payload", str(payload)]
         if precision:
             child_args += ["--precision", precision]
-        report = merge_reports((_spawn(mode, child_args, target, steps) for mode in modes), target, steps)
+        report = merge_reports(_run_modes(modes, child_args, target, steps), target, steps)
     _fill_sites(report)
     add_memory_findings(report, strategies, world_size, batch_size, tp_size)
     return report
