@@ -6,19 +6,23 @@ downloaded; transformers' GPT2LMHeadModel is not used because its backward pass 
 "Cannot access accelerator device when none is available"), trained with AdamW on random tokens (micro-batch
 ``BATCH`` of ``SEQUENCE`` tokens). The report is what ``lightning-accel preflight bench_preflight:GPT2Small`` makes
 (:func:`lightning_accel.habana.preflight.run_preflight`, three steps per mode, memory predicted for every strategy),
-timed per mode (each mode is its own process: ``lazy``, and ``compile``, where ``hpu_backend`` compiles the whole
-step) and for both. Goal (issue 47): the whole report under 3 minutes on 2 cores. These are the emulator's times on
-this machine's CPU; on Gaudi the steps run on the device. Results: benchmarks/results/preflight.{md,json}.
+timed per mode alone (each mode is its own process: ``lazy``, and ``compile``, where ``hpu_backend`` compiles the
+whole step) and as the user runs it, both modes at once (their processes run side by side). Goal (issue 47): the
+whole report under 3 minutes on 2 cores. These are the emulator's times on this machine's CPU; on Gaudi the steps
+run on the device. Results: benchmarks/results/preflight.{md,json}.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +86,21 @@ class GPT2Small(LightningModule):
         return DataLoader(TensorDataset(tokens), batch_size=BATCH)
 
 
+@contextlib.contextmanager
+def _cold_compile_cache() -> Iterator[None]:
+    """Inductor's caches empty, as on a user's first report (else the later runs load what the earlier compiled)."""
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="bench-preflight-inductor-") as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache  # the mode processes inherit it
+        try:
+            yield
+        finally:
+            if previous is None:
+                del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--modes", default="lazy,compile", help="comma-separated modes to time (default both)")
@@ -96,14 +115,24 @@ def main() -> None:
     reports: dict[str, Any] = {}
     for mode in args.modes.split(","):
         start = time.perf_counter()
-        report = run_preflight("bench_preflight:GPT2Small", modes=(mode,))
+        with _cold_compile_cache():
+            report = run_preflight("bench_preflight:GPT2Small", modes=(mode,))
         timings[mode] = time.perf_counter() - start
         reports[mode] = report.as_dict()
         failed = report.of_kind("not_run")
         if failed:
             failures[mode] = failed[0].what
         print(f"{mode}: {timings[mode]:.1f} s" + (f" (FAILED: {failed[0].what})" if failed else ""), flush=True)
-    total = sum(timings.values())
+    # The report as a user runs it: every mode at once (their processes run side by side).
+    modes = tuple(args.modes.split(","))
+    start = time.perf_counter()
+    with _cold_compile_cache():
+        whole = run_preflight("bench_preflight:GPT2Small", modes=modes)
+    total = time.perf_counter() - start
+    failed = whole.of_kind("not_run")
+    if failed:
+        failures["report"] = failed[0].what
+    print(f"report ({', '.join(modes)}): {total:.1f} s", flush=True)
     result = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -133,7 +162,7 @@ def main() -> None:
             f"| {mode} | {seconds:.1f}{' (steps failed)' if mode in failures else ''} |"
             for mode, seconds in timings.items()
         ],
-        f"| **total** | **{total:.1f}** |",
+        f"| **the report, {' and '.join(modes)} side by side** | **{total:.1f}** |",
         "",
         f"Goal: the report under {GOAL_S:.0f} s on 2 cores: **{'met' if result['met'] else 'not met'}**.",
     ]
