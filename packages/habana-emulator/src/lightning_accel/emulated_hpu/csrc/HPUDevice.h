@@ -4,6 +4,7 @@
 // aten/     native factories, views, copies and resizes; a boxed fallback that runs every other ATen operator with the
 //           backing device's own kernel on zero-copy aliases of the same memory; lazy mode's graph identity
 // amp/      the SDK's autocast kernels on AutocastHPU
+// distributed/  the HPU kernels of c10d's collective operators (gloo on aliases) and the works they return
 // module.cpp  the small Python surface the emulator's habana_frameworks modules sit on
 #pragma once
 
@@ -20,6 +21,10 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+namespace c10d {
+class Work;
+}  // namespace c10d
 
 namespace lightning_accel::hpu {
 
@@ -72,6 +77,12 @@ at::Tensor backing_alias(const at::Tensor& hpu_tensor, bool resizable);
 at::Tensor adopt(const at::Tensor& backing_tensor);
 // An HPU view over `base`'s storage with the geometry of `backing_view` (a view of base's alias).
 at::Tensor hpu_view_like(const at::Tensor& base, const at::Tensor& backing_view);
+// A new HPU tensor (made in C++: no Python object) over the HPU memory that `tensor` views with the same geometry,
+// when `tensor` is an alias made by backing_alias or a view of one; an undefined tensor otherwise (or once released).
+at::Tensor hpu_tensor_viewed_by(const at::Tensor& tensor);
+// The alias (and its views) lets go of the HPU memory it holds: a host library is done with it (a completed
+// collective), so the memory goes when the HPU tensor does, not when the library drops the alias. Not read after.
+void release_alias(const at::Tensor& alias);
 
 // --- aten/InternalDtypes.cpp -----------------------------------------------------------------------------------
 // float64 values with float32 precision, int64 values wrapping at 32 bits, when the SDK's mode says so.
@@ -110,6 +121,18 @@ void set_lazy_graph_listener(LazyGraphHandler listener);
 [[noreturn]] void refuse_sparse(const std::string& op_name);
 // A result of layout ``layout`` (not strided) for the HPU: the sparse refusal, or MKL-DNN's, a CPU-only layout.
 [[noreturn]] void refuse_layout(const std::string& op_name, c10::Layout layout);
+
+// --- distributed/HostCollectives.cpp ---------------------------------------------------------------------------
+// Registers the HPU kernel of every c10d operator that has a CPU kernel (called once, at load): gloo on aliases, with
+// the private host group of the "hccl" backend the group holds for "hpu".
+void register_collective_kernels();
+
+// --- distributed/DeviceWork.cpp -------------------------------------------------------------------------------
+// The work an HPU collective returns for gloo's `host_work` on `aliases`: it waits as gloo's does (raising gloo's
+// error) and its future completes with HPU tensors over the same memory; once it has, the aliases let go of the HPU
+// memory. A work without a future (gloo's send/recv) is returned as it is (its aliases keep the memory).
+c10::intrusive_ptr<c10d::Work> device_work(const c10::intrusive_ptr<c10d::Work>& host_work,
+                                           std::vector<at::Tensor> aliases);
 
 // --- amp/Autocast.cpp ------------------------------------------------------------------------------------------
 // The bridge's cast policies (autocast_helpers.h Hpu_CastPolicy): all floating HPU inputs to the autocast dtype, to

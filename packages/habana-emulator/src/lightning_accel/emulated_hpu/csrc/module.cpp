@@ -75,12 +75,13 @@ void set_lazy_graph_listener(std::optional<pybind11::function> listener) {
 }  // namespace
 
 namespace lightning_accel::hpu {
-void bind_device_work(pybind11::module& m);  // distributed/DeviceWork.cpp
+void bind_host_collectives(pybind11::module& m);  // distributed/HostCollectives.cpp
 }  // namespace lightning_accel::hpu
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   lightning_accel::hpu::route_to_backing_kernels();
-  lightning_accel::hpu::bind_device_work(m);
+  lightning_accel::hpu::register_collective_kernels();
+  lightning_accel::hpu::bind_host_collectives(m);
   m.doc() = "The emulated Gaudi device: c10's HPU device type and dispatch key, backed by host memory.";
   m.def("memory_stats", &memory_stats, "Exact byte and storage counts of the device memory.");
   m.def("reset_peak_memory_stats", &lightning_accel::hpu::reset_peak_memory_stats,

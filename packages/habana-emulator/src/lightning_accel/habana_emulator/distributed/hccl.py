@@ -4,9 +4,9 @@ Importing the module does what importing the SDK's does (the SDK's ``__init__.py
 ``initialize_distributed_hpu()`` runs (so ``MASTER_ADDR``/``MASTER_PORT`` default to ``localhost:12345`` unless the
 ranks are all known), the ``"hccl"`` backend is registered with ``torch.distributed.Backend.register_backend`` for
 ``devices=["hpu"]``, and collectives are kept out of dynamo graphs. As on Gaudi, c10d's collective operators get
-kernels on the HPU dispatch key and no function of ``torch.distributed`` is replaced (:mod:`._hccl_backend`: gloo runs
-on zero-copy host views of the HPU tensors' memory, so ``torch.distributed.get_backend()`` returns ``"hccl"`` while
-the collectives are real). As HCCL, it reduces with ``MIN``, ``MAX``, ``SUM`` and ``PRODUCT`` only
+kernels on the HPU dispatch key and no function of ``torch.distributed`` is replaced (:mod:`._hccl_backend`: C++
+kernels run gloo on zero-copy host aliases of the HPU tensors' memory, so ``torch.distributed.get_backend()`` returns
+``"hccl"`` while the collectives are real). As HCCL, it reduces with ``MIN``, ``MAX``, ``SUM`` and ``PRODUCT`` only
 (gaudi-pytorch-bridge 1.19.0 ``backend/helpers/collective_utils.cpp``).
 """
 
@@ -21,7 +21,6 @@ from ..hpu._devices import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR
 from ..hpu._devices import visible_device_count as _visible_device_count
 from ._hccl_backend import ProcessGroupHCCL
 from ._hccl_backend import create_process_group as _create_process_group_hccl
-from ._hccl_backend import register_hpu_kernels as _register_hpu_kernels
 
 __all__ = ["HABANA_VISIBLE_MODULES_VAR", "HLS_MODULE_ID_VAR", "ProcessGroupHCCL", "initialize_distributed_hpu"]
 
@@ -38,9 +37,9 @@ def _register() -> None:
     if _BACKEND_NAME in dist.Backend.backend_list:
         return
     # As the SDK (distributed/hccl/__init__.py:130-139): the backend serves "hpu" tensors only, and its creator takes
-    # the extended options. The SDK's C++ bridge also registers c10d's operators on the HPU key (register_hpu_kernels).
+    # the extended options. c10d's operators have their HPU kernels from the C++ device, registered when it loads, as
+    # the SDK's bridge registers its own when its library loads.
     dist.Backend.register_backend(_BACKEND_NAME, _create_process_group_hccl, extended_api=True, devices=["hpu"])
-    _register_hpu_kernels()
 
 
 def _set_module_id(local_rank: int, world_size: int) -> None:

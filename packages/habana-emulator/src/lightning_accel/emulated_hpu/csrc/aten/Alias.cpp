@@ -4,6 +4,9 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 
+#include <mutex>
+#include <utility>
+
 namespace lightning_accel::hpu {
 namespace {
 
@@ -12,8 +15,25 @@ constexpr c10::DispatchKeySet kBackingKeys{c10::DispatchKey::CPU};
 
 // The alias keeps the HPU storage it views alive, as any view keeps its base: a host library may still be using
 // the alias after the HPU tensor is gone (an asynchronous collective whose input the caller dropped, as torch's
-// bf16_compress_hook drops its compressed bucket).
-void release_viewed_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
+// bf16_compress_hook drops its compressed bucket). A collective lets go of it once done (release_alias), before gloo
+// drops its aliases, so the memory goes when the caller drops its tensor.
+struct ViewedStorage {
+  std::mutex mutex;
+  c10::Storage storage;
+};
+
+void release_viewed_storage(void* ctx) { delete static_cast<ViewedStorage*>(ctx); }
+
+ViewedStorage* viewed_storage(const at::Tensor& tensor) {
+  if (!tensor.defined() || tensor.device().type() != c10::DeviceType::CPU || !tensor.has_storage()) {
+    return nullptr;
+  }
+  const auto& data_ptr = tensor.storage().data_ptr();
+  if (data_ptr.get_deleter() != &release_viewed_storage) {
+    return nullptr;
+  }
+  return static_cast<ViewedStorage*>(data_ptr.get_context());
+}
 
 void copy_bits(const at::Tensor& from, const at::Tensor& to) {
   if (from.is_conj()) {
@@ -38,7 +58,7 @@ at::Tensor backing_alias(const at::Tensor& hpu_tensor, bool resizable) {
   // The alias shares the memory: it never frees it, it only holds the HPU storage. A kernel that resizes an out=
   // argument reallocates through the host allocator, which the fallback then hands back to the HPU storage.
   c10::Storage alias_storage(c10::Storage::use_byte_size_t(), storage.nbytes(),
-                             c10::DataPtr(data, new c10::Storage(storage), &release_viewed_storage,
+                             c10::DataPtr(data, new ViewedStorage{{}, storage}, &release_viewed_storage,
                                           c10::Device(c10::DeviceType::CPU)),
                              resizable ? c10::GetCPUAllocator() : nullptr, resizable);
   auto alias = at::detail::make_tensor<c10::TensorImpl>(std::move(alias_storage), kBackingKeys, hpu_tensor.dtype());
@@ -71,14 +91,45 @@ at::Tensor adopt(const at::Tensor& backing_tensor) {
   return result;
 }
 
-at::Tensor hpu_view_like(const at::Tensor& base, const at::Tensor& backing_view) {
+namespace {
+
+at::Tensor hpu_view_like_storage(const c10::Storage& storage, const at::Tensor& backing_view) {
   // The storage constructor, not TensorImpl::VIEW's: that one keeps the key set as given, without the autograd keys.
-  auto result = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()), hpu_keys_like(backing_view),
+  auto result = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), hpu_keys_like(backing_view),
                                                           backing_view.dtype());
   result.unsafeGetTensorImpl()->set_sizes_and_strides(backing_view.sizes(), backing_view.strides(),
                                                       backing_view.storage_offset());
   copy_bits(backing_view, result);
   return result;
+}
+
+}  // namespace
+
+at::Tensor hpu_view_like(const at::Tensor& base, const at::Tensor& backing_view) {
+  return hpu_view_like_storage(base.storage(), backing_view);
+}
+
+at::Tensor hpu_tensor_viewed_by(const at::Tensor& tensor) {
+  auto* viewed = viewed_storage(tensor);
+  if (viewed == nullptr) {
+    return {};
+  }
+  c10::Storage storage;
+  {
+    std::lock_guard<std::mutex> lock(viewed->mutex);
+    storage = viewed->storage;
+  }
+  return storage ? hpu_view_like_storage(storage, tensor) : at::Tensor();
+}
+
+void release_alias(const at::Tensor& alias) {
+  auto* viewed = viewed_storage(alias);
+  if (viewed == nullptr) {
+    return;
+  }
+  c10::Storage released;  // dropped after the lock
+  std::lock_guard<std::mutex> lock(viewed->mutex);
+  released = std::move(viewed->storage);
 }
 
 }  // namespace lightning_accel::hpu
