@@ -134,6 +134,9 @@ report["objects"] = [objects, gathered]
 rows = torch.empty(1, 6, device="hpu")  # filled rank after rank in memory, as SyncBatchNorm's gather expects
 dist.all_gather_into_tensor(rows, torch.full((3,), float(rank), device="hpu"))
 report["gather_rows"] = rows.cpu().tolist()
+grid = torch.empty(2, 6, device="hpu")  # one row per rank, each rank's (2, 3) block laid out in it
+dist.all_gather_into_tensor(grid, torch.full((2, 3), float(rank), device="hpu"))
+report["gather_grid"] = grid.cpu().tolist()
 dist.barrier()
 if rank == 0:
     dist.send(torch.arange(3.0, device="hpu"), 1)
@@ -175,6 +178,7 @@ def test_collectives_run_on_hpu_tensors_and_futures_give_them_back(reports: list
         assert report["ddp_grad"] == [[4.5] * 4, [4.5] * 4]  # (3 * 1 + 3 * 2) / 2 ranks, per weight
         assert report["objects"] == [[{"from": 0}], [0, 10]]
         assert report["gather_rows"] == [[0.0, 0.0, 0.0, 1.0, 1.0, 1.0]]
+        assert report["gather_grid"] == [[0.0] * 6, [1.0] * 6]
     assert reports[1]["received"] == [0.0, 1.0, 2.0]
 
 

@@ -256,13 +256,20 @@ class Call {
   }
 
   // all_gather_into_tensor fills the output rank after rank in memory, whatever its shape (SyncBatchNorm gathers into
-  // shape (1, world * n)), as HCCL and NCCL do; gloo splits the output along dimension 0 instead, so it gets a view
-  // with one row per rank over the same memory, which the results map back to the caller's tensor.
+  // shape (1, world * n); a (world, k * n) output takes (k, n) inputs), as HCCL and NCCL do; gloo splits the output
+  // along dimension 0 into pieces of the input's shape instead, so, unless the output already splits so, it gets a
+  // view with one row per rank over the same memory (and the input one row), which the results map back to the
+  // caller's tensor.
   void rows_per_rank(torch::jit::Stack& stack, size_t first) {
     const auto output = stack[first].toTensor();
     const auto input = stack[first + 1].toTensor();
     const int64_t world = output.numel() / std::max<int64_t>(input.numel(), 1);
-    if (!output.is_contiguous() || world <= 0 || output.dim() == 0 || output.size(0) == world) {
+    if (!output.is_contiguous() || world <= 0 || output.dim() == 0) {
+      return;
+    }
+    const bool splits_already = input.dim() == output.dim() && output.size(0) == world * input.size(0) &&
+                                output.sizes().slice(1) == input.sizes().slice(1);
+    if (splits_already) {
       return;
     }
     auto rows = output.view({world, -1});
