@@ -405,3 +405,17 @@ def test_a_model_converted_before_the_processes_existed_is_refused_in_two(tmp_pa
             "before they existed, so Intel Neural Compressor named its measurement files for one process." in out
         )
         assert "Call convert_modules(...) then: in the LightningModule's on_predict_start or on_test_start hook" in out
+
+
+def test_the_inc_config_is_replaced_whole_so_a_rank_reading_it_never_sees_a_partial_file(tmp_path: Path) -> None:
+    # The ranks of a run write the same config file in the shared fp8 data folder while others read it: a rank that
+    # opened it before a rewrite must read the whole file it opened (in-place rewriting gave it an empty one).
+    from lightning_accel.habana._fp8_inference import _write_json_atomically
+
+    path = tmp_path / "inc_quantize_config.json"
+    _write_json_atomically(path, {"mode": "QUANTIZE", "rank": 0})
+    with path.open(encoding="utf-8") as reader:
+        _write_json_atomically(path, {"mode": "QUANTIZE", "rank": 1})
+        assert json.loads(reader.read()) == {"mode": "QUANTIZE", "rank": 0}
+    assert json.loads(path.read_text(encoding="utf-8")) == {"mode": "QUANTIZE", "rank": 1}
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left

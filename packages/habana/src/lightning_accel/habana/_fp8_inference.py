@@ -174,7 +174,7 @@ def convert(module: torch.nn.Module, quant: Any, fp8_data_path: str | os.PathLik
     data_folder = Path(config_dict["dump_stats_path"]).parents[1]
     config_file = data_folder / f"inc_{str(config_dict['mode']).lower()}_config.json"
     data_folder.mkdir(parents=True, exist_ok=True)
-    config.to_json_file(str(config_file))
+    _write_json_atomically(config_file, config.to_dict())
     config.json_file = str(config_file)
     if config.measure:
         with _no_launcher_ranks():
@@ -192,6 +192,24 @@ def convert(module: torch.nn.Module, quant: Any, fp8_data_path: str | os.PathLik
             "trainer.predict(...) on calibration data, which writes them when it ends."
         ) from exc
     return False
+
+
+def _write_json_atomically(path: Path, data: Any) -> None:
+    """Write ``data`` to ``path`` whole or not at all.
+
+    The ranks of a run share the fp8 data folder: one rank reading the config while another rewrote it in place
+    (``FP8Config.to_json_file`` truncates first) got an empty file (INC's ``JSONDecodeError``). An interrupted write
+    leaves no partial file either.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            json.dump(data, file, indent=4)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def finalize_calibration(module: torch.nn.Module) -> None:
