@@ -13,82 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-from lightning.pytorch import Callback, LightningModule, Trainer
-from torch.utils.data import DataLoader, TensorDataset
+from _memory_model import BATCH, PeakOfSecondStep, ShardedTinyLM, TinyLM
+from lightning.pytorch import Trainer
 
-WIDTH, BLOCKS, VOCAB, LENGTH, BATCH = 256, 4, 1024, 32, 4
 TOLERANCE = 0.10
-
-
-class Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(WIDTH)
-        self.up = torch.nn.Linear(WIDTH, 4 * WIDTH)
-        self.down = torch.nn.Linear(4 * WIDTH, WIDTH)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-class Body(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
-        self.blocks = torch.nn.ModuleList(Block() for _ in range(BLOCKS))
-        self.head = torch.nn.Linear(WIDTH, VOCAB)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
-class TinyLM(LightningModule):
-    """A small language model: an embedding, four MLP blocks in a ModuleList, an output layer; AdamW."""
-
-    def __init__(self, shard: bool = False) -> None:
-        super().__init__()
-        self.shard = shard
-        torch.manual_seed(0)
-        self.body = Body()
-
-    def configure_model(self) -> None:
-        if self.shard and self.device_mesh is not None:
-            from torch.distributed.fsdp import fully_shard
-
-            mesh = self.device_mesh["data_parallel"]
-            for block in self.body.blocks:
-                fully_shard(block, mesh=mesh)
-            fully_shard(self.body, mesh=mesh)
-
-    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        tokens = batch[0]
-        return torch.nn.functional.cross_entropy(self.body(tokens).flatten(0, 1), tokens.flatten())
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.parameters(), lr=1e-3)
-
-    def train_dataloader(self) -> DataLoader[Any]:
-        tokens = torch.randint(0, VOCAB, (8 * BATCH, LENGTH), generator=torch.Generator().manual_seed(1))
-        return DataLoader(TensorDataset(tokens), batch_size=BATCH)
-
-
-class _Peak(Callback):
-    """The device memory's peak over the second training step."""
-
-    peak = 0
-
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        torch.hpu.synchronize()
-        torch.hpu.reset_peak_memory_stats()
-
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any) -> None:
-        torch.hpu.synchronize()
-        if trainer.global_step == 2:
-            self.peak = torch.hpu.max_memory_allocated()
 
 
 def _measure(setup: str, out: str) -> None:
@@ -97,7 +25,7 @@ def _measure(setup: str, out: str) -> None:
     strategy: Any = "hpu_parallel"
     if setup == "fsdp":
         strategy = HPUModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
-    peak = _Peak()
+    peak = PeakOfSecondStep()
     trainer = Trainer(
         accelerator="hpu",
         devices=2,
@@ -109,7 +37,7 @@ def _measure(setup: str, out: str) -> None:
         enable_checkpointing=False,
         enable_model_summary=False,
     )
-    trainer.fit(TinyLM(shard=setup == "fsdp"))
+    trainer.fit(ShardedTinyLM() if setup == "fsdp" else TinyLM())
     Path(out, f"rank{trainer.global_rank}.json").write_text(json.dumps({"peak": peak.peak}))
 
 

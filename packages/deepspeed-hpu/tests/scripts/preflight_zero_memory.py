@@ -13,86 +13,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from pathlib import Path
 
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer
-from torch.utils.data import DataLoader, TensorDataset
+from lightning.pytorch import Trainer
 
 from lightning_accel.deepspeed_hpu import HPUDeepSpeedStrategy
 
-# The model of packages/habana/tests/test_preflight_memory.py: 2.6M parameters (10 MiB in float32), so that the
-# parameters, gradients and optimizer state dominate the step's memory.
-WIDTH, BLOCKS, VOCAB, LENGTH, BATCH = 256, 4, 1024, 32, 4
+# The model and measurement of packages/habana/tests/test_preflight_memory.py: one model for every strategy's check.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "habana" / "tests"))
+from _memory_model import PeakOfSecondStep, TinyLM
+
 # DeepSpeed's gradient buckets, in elements: 1 MiB each in float32, not the 800 MB each of the defaults (2e8
 # elements), which would dwarf this model's states and make any prediction of them "within 10%".
 BUCKET = 2**18
-
-
-class Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(WIDTH)
-        self.up = torch.nn.Linear(WIDTH, 4 * WIDTH)
-        self.down = torch.nn.Linear(4 * WIDTH, WIDTH)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-class Body(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
-        self.blocks = torch.nn.ModuleList(Block() for _ in range(BLOCKS))
-        self.head = torch.nn.Linear(WIDTH, VOCAB)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
-class TinyLM(LightningModule):
-    """An embedding, four MLP blocks in a ModuleList, an output layer; AdamW."""
-
-    def __init__(self, host_optimizer: bool = False) -> None:
-        super().__init__()
-        # Offloading steps the optimizer on the host, where DeepSpeed accepts only its own CPU optimizers.
-        self.host_optimizer = host_optimizer
-        torch.manual_seed(0)
-        self.body = Body()
-
-    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        tokens = batch[0]
-        return torch.nn.functional.cross_entropy(self.body(tokens).flatten(0, 1), tokens.flatten())
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        if self.host_optimizer:
-            from deepspeed.ops.adam import DeepSpeedCPUAdam
-
-            return DeepSpeedCPUAdam(self.parameters(), lr=1e-3, adamw_mode=True)
-        return torch.optim.AdamW(self.parameters(), lr=1e-3)
-
-    def train_dataloader(self) -> DataLoader[Any]:
-        tokens = torch.randint(0, VOCAB, (8 * BATCH, LENGTH), generator=torch.Generator().manual_seed(1))
-        return DataLoader(TensorDataset(tokens), batch_size=BATCH)
-
-
-class _Peak(Callback):
-    """The device memory's peak over the second training step."""
-
-    peak = 0
-
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        torch.hpu.synchronize()
-        torch.hpu.reset_peak_memory_stats()
-
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any) -> None:
-        torch.hpu.synchronize()
-        if trainer.global_step == 2:
-            self.peak = torch.hpu.max_memory_allocated()
 
 
 def main() -> None:
@@ -105,7 +39,7 @@ def main() -> None:
         reduce_bucket_size=BUCKET,
         allgather_bucket_size=BUCKET,
     )
-    peak = _Peak()
+    peak = PeakOfSecondStep()
     trainer = Trainer(
         accelerator="hpu",
         devices=2,
