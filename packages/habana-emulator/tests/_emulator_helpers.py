@@ -5,8 +5,11 @@ The emulator's tests run on the emulator only, with nothing of lightning-accel-h
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+from typing import Any
 
 PYTHON = sys.executable
 # What the SDK's initialize_distributed_hpu() writes at load when the variables are unset (gaudi-pytorch-bridge 1.19.0
@@ -41,3 +44,33 @@ def script_env(**extra: str) -> dict[str, str]:
     env.update(LIGHTNING_ACCEL_EMULATE="hpu", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.update(extra)
     return env
+
+
+def run_rank_pair(code: str, timeout: float = 300) -> list[subprocess.CompletedProcess[str]]:
+    """Run ``code`` in two fresh Python processes, ranks 0 and 1 (``sys.argv``: the rank, then a free port to meet on).
+
+    A rank still running after ``timeout`` seconds raises ``subprocess.TimeoutExpired``; both are killed either way, so
+    that a hung pair never outlives its test.
+    """
+    env, port = script_env(), str(free_port())
+    ranks = [
+        subprocess.Popen(
+            [PYTHON, "-c", code, str(rank), port], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for rank in range(2)
+    ]
+    try:
+        outputs = [rank.communicate(timeout=timeout) for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    return [
+        subprocess.CompletedProcess(rank.args, rank.returncode, out, err)
+        for rank, (out, err) in zip(ranks, outputs, strict=True)
+    ]
+
+
+def rank_report(done: subprocess.CompletedProcess[str]) -> Any:
+    """The JSON a rank printed on its one ``REPORT `` line."""
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    return json.loads(line[len("REPORT ") :])

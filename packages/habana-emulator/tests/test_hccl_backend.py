@@ -11,7 +11,7 @@ import json
 import subprocess
 
 import pytest
-from _emulator_helpers import PYTHON, free_port, script_env
+from _emulator_helpers import PYTHON, rank_report, run_rank_pair, script_env
 
 pytestmark = pytest.mark.emulator_only  # fresh processes, with and without the emulated SDK
 
@@ -151,21 +151,9 @@ print("REPORT " + json.dumps(report))
 
 @pytest.fixture(scope="module")
 def reports() -> list[dict]:
-    env = script_env(OMP_NUM_THREADS="1")
-    port = str(free_port())
-    ranks = [
-        subprocess.Popen(
-            [PYTHON, "-c", RANK, str(rank), port], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for rank in range(2)
-    ]
-    outputs = [rank.communicate(timeout=300) for rank in ranks]
-    assert [rank.returncode for rank in ranks] == [0, 0], "\n".join(err[-3000:] for _, err in outputs)
-    found = []
-    for out, _ in outputs:
-        (line,) = [line for line in out.splitlines() if line.startswith("REPORT ")]
-        found.append(json.loads(line[len("REPORT ") :]))
-    return found
+    ranks = run_rank_pair(RANK)
+    assert [rank.returncode for rank in ranks] == [0, 0], "\n".join(rank.stderr[-3000:] for rank in ranks)
+    return [rank_report(rank) for rank in ranks]
 
 
 def test_collectives_run_on_hpu_tensors_and_futures_give_them_back(reports: list[dict]) -> None:
@@ -238,21 +226,8 @@ os._exit(0)  # the group lost its peer: not ended
 def test_a_collective_whose_peer_died_fails_on_every_path() -> None:
     # Each path fails with gloo's error, as HCCL's fails with its own: not a wait() that returns as if the collective
     # succeeded, and not a crash of DDP's reducer (C++, on autograd's thread) before anyone could say what happened.
-    env = script_env(OMP_NUM_THREADS="1")
-    port = str(free_port())
-    ranks = [
-        subprocess.Popen(
-            [PYTHON, "-c", PEER_DIES, str(rank), port],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    (out, err), _ = [rank.communicate(timeout=300) for rank in ranks]
-    assert ranks[0].returncode == 0, err[-3000:]
-    (line,) = [line for line in out.splitlines() if line.startswith("REPORT ")]
-    report = json.loads(line[len("REPORT ") :])
+    first, _ = run_rank_pair(PEER_DIES)
+    assert first.returncode == 0, first.stderr[-3000:]
+    report = rank_report(first)
     for path, message in report.items():
         assert "Connection closed by peer" in message or "Connection reset by peer" in message, (path, message)

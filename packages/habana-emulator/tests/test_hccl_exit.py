@@ -9,11 +9,8 @@ Lightning run did at exit after its per-step broadcast. Two real processes each.
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
-from _emulator_helpers import PYTHON, free_port, script_env
+from _emulator_helpers import rank_report, run_rank_pair
 
 pytestmark = pytest.mark.emulator_only  # fresh processes with the emulated SDK
 
@@ -40,23 +37,11 @@ def test_processes_whose_last_statement_is_a_collective_exit_cleanly() -> None:
 
     A pass does not prove the absence of the race; a failure is always real (an exit status other than 0).
     """
-    env = script_env(OMP_NUM_THREADS="1")
     statuses = []
     for _ in range(PAIRS):
-        port = str(free_port())
-        ranks = [
-            subprocess.Popen(
-                [PYTHON, "-c", LAST_COLLECTIVE, str(rank), port],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for rank in range(2)
-        ]
-        outputs = [rank.communicate(timeout=300) for rank in ranks]
+        ranks = run_rank_pair(LAST_COLLECTIVE)
         statuses.append([rank.returncode for rank in ranks])
-        assert statuses[-1] == [0, 0], (statuses, "\n".join(err[-3000:] for _, err in outputs))
+        assert statuses[-1] == [0, 0], (statuses, "\n".join(rank.stderr[-3000:] for rank in ranks))
 
 
 HELD_GIL = r"""
@@ -110,27 +95,10 @@ def test_a_collective_completes_while_the_caller_holds_the_gil_and_frees_its_mem
     # Each rank spins on work.is_completed() (which keeps the GIL) with the GIL's switch interval far beyond the run:
     # a completion that needed the GIL on gloo's thread (a Python callback on the work's future) would never come,
     # and the run would hit the timeout below instead.
-    env = script_env(OMP_NUM_THREADS="1")
-    port = str(free_port())
-    ranks = [
-        subprocess.Popen(
-            [PYTHON, "-c", HELD_GIL, str(rank), port],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    try:
-        outputs = [rank.communicate(timeout=300) for rank in ranks]
-    finally:
-        for rank in ranks:
-            rank.kill()
-    assert [rank.returncode for rank in ranks] == [0, 0], "\n".join(err[-3000:] for _, err in outputs)
-    for out, _ in outputs:
-        (line,) = [line for line in out.splitlines() if line.startswith("REPORT ")]
-        report = json.loads(line[len("REPORT ") :])
+    ranks = run_rank_pair(HELD_GIL)
+    assert [rank.returncode for rank in ranks] == [0, 0], "\n".join(rank.stderr[-3000:] for rank in ranks)
+    for rank in ranks:
+        report = rank_report(rank)
         # The future completes with HPU tensors over the caller's memory, as HCCL's completes with the caller's.
         assert report["all_reduce"] == [["hpu"], [True]]
         assert report["sum"] == [3.0, 3.0, 3.0]
