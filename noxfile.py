@@ -76,10 +76,11 @@ def run_pytest(session: nox.Session, *args: str, env: dict[str, str] | None = No
 
 ROOT = Path(__file__).parent
 TORCH = "torch==2.13.0"
-# DeepSpeed JIT-builds its CPU Adam on first use (about two minutes on 2 cores), in the DeepSpeed suite and in the
-# selftest of the integration suite: one build folder, in the user's cache as the emulated HPU device's build, so it is
-# built once per machine and torch release (torch keys a build by Python version and source hash, not by its own
-# release, hence the release in the path). `rm -rf ~/.cache/lightning-accel` builds both afresh.
+# The emulated HPU device's build and DeepSpeed's JIT-built CPU Adam (the DeepSpeed suite and the integration suite's
+# selftest) go into one folder of the user's cache, with torch's release in the path (torch keys a build by Python
+# version and source hash, not by its own release). The device's build is keyed by its sources, so it is built once per
+# machine; CPU Adam's build commands name the session environment's paths, so each session that loads it builds it
+# again (about 30 s on 2 idle cores). `rm -rf ~/.cache/lightning-accel` builds both afresh.
 _CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lightning-accel"
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(_CACHE / "torch-extensions" / TORCH.replace("==", "-")))
 # Inductor (the emulated hpu_backend's compiler) caches its compiled graphs and C++ kernels under the temporary folder,
@@ -129,33 +130,42 @@ IPU_STACK_TOOLS = [
 ]
 
 
-SEEDS = ROOT / ".nox" / "_seeds"
-# What every session on the emulator starts from, installed once per run (install_seeded).
+# The seeds live in the user's cache, as the builds above: made once per machine (and again after a week), not once per
+# run. LIGHTNING_ACCEL_SEED_DIR moves them; removing the folder makes the next run install afresh.
+SEEDS = Path(os.environ.get("LIGHTNING_ACCEL_SEED_DIR") or _CACHE / "nox-seeds")
+# What every session on the emulator starts from (install_seeded).
 SEEDED = (TORCH, LIGHTNING, *TEST_TOOLS)
 
 
 def install_seeded(session: nox.Session, *requirements: str) -> None:
     """Install ``requirements`` (torch pinned first) as the other sessions do: from a seed shared by them all.
 
-    The seed is made once per interpreter and requirement list (tools/shared_seed.py); ``rm -rf .nox/_seeds`` makes
-    the next run install afresh.
+    The seed is made once per interpreter and requirement list (tools/shared_seed.py), under a lock that another run
+    on the machine waits on; one left incomplete by an interrupted run is made again.
     """
-    seed = SEEDS / shared_seed.seed_name(str(session.python), requirements)
+    # Named by the session's interpreter itself (its version and installation), not by how nox was asked for it.
+    interpreter = session.run("python", "-c", "import sys; print(sys.version.split()[0], sys.base_prefix)", silent=True)
+    assert isinstance(interpreter, str)
+    version, base = interpreter.split(maxsplit=1)
+    seed = SEEDS / shared_seed.seed_name(version, (base.strip(), *requirements))
     seed_python = seed / "bin" / "python"
-    if not (seed / "complete").exists():
-        shutil.rmtree(seed, ignore_errors=True)
-        session.run("python", "-m", "venv", str(seed))
-        session.run(str(seed_python), "-m", "pip", "install", "--quiet", requirements[0], external=True)
-        if requirements[1:]:
-            session.run(str(seed_python), "-m", "pip", "install", "--quiet", *requirements[1:], external=True)
-        (seed / "complete").touch()
-    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    seed_site = session.run(str(seed_python), "-c", where, external=True, silent=True)
-    site = session.run("python", "-c", where, silent=True)
-    assert isinstance(seed_site, str) and isinstance(site, str)
-    bin_dir = Path(session.bin)
-    linked = shared_seed.link_seed(Path(seed_site.strip()), seed_python.parent, Path(site.strip()), bin_dir)
-    session.log(f"{linked} files hard-linked from the shared seed {seed.name}")
+    with shared_seed.seed_lock(seed):
+        if not shared_seed.is_fresh(seed):
+            shutil.rmtree(seed, ignore_errors=True)
+            session.run("python", "-m", "venv", str(seed))
+            session.run(str(seed_python), "-m", "pip", "install", "--quiet", requirements[0], external=True)
+            if requirements[1:]:
+                session.run(str(seed_python), "-m", "pip", "install", "--quiet", *requirements[1:], external=True)
+            shared_seed.mark_complete(seed)
+        where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+        seed_site = session.run(str(seed_python), "-c", where, external=True, silent=True)
+        site = session.run("python", "-c", where, silent=True)
+        assert isinstance(seed_site, str) and isinstance(site, str)
+        bin_dir = Path(session.bin)
+        linked = shared_seed.link_seed(Path(seed_site.strip()), seed_python.parent, Path(site.strip()), bin_dir)
+    session.log(f"{linked} files linked from the shared seed {seed}")
+    for stale in shared_seed.prune(SEEDS, keep=seed):
+        session.log(f"removed the stale seed {stale}")
 
 
 def install_base(session: nox.Session, *packages: str, editable: bool = True, also: tuple[str, ...] = ()) -> None:
@@ -299,7 +309,8 @@ def ipu_stack_tests(session: nox.Session) -> None:
     torch 2.0.1 comes from the package index with its CUDA wheels (about 2.5 GB). Lightning 2.3 and torch 2.0 warn
     about their own deprecated calls, which are not errors here (as in core_tests_lightning23).
     """
-    session.install(*IPU_STACK, *IPU_STACK_TOOLS, "-e", PACKAGES["core"], TEST_PLUGIN)  # torch pinned first
+    install_seeded(session, *IPU_STACK, *IPU_STACK_TOOLS)  # torch pinned first
+    session.install("-e", PACKAGES["core"], TEST_PLUGIN)
     warnings = ("-W", "ignore::DeprecationWarning", "-W", "ignore::FutureWarning")
     run_pytest(session, "packages/core/tests", *WORKERS, *warnings)
     session.install("-e", PACKAGES["poptorch-emulator"], "-e", PACKAGES["graphcore"])

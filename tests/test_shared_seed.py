@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -65,3 +70,59 @@ def test_the_seed_is_named_by_interpreter_and_requirements() -> None:
     assert one == shared_seed.seed_name("3.11", ["torch==2.13.0", "lightning==2.6.6"])
     assert one != shared_seed.seed_name("3.11", ["torch==2.13.0", "lightning==2.3.3"])
     assert one != shared_seed.seed_name("3.10", ["torch==2.13.0", "lightning==2.6.6"])
+
+
+def _seed(root: Path, name: str, age: float | None) -> Path:
+    """A seed made ``age`` seconds ago (None: its making was interrupted)."""
+    seed = root / name
+    (seed / "lib").mkdir(parents=True)
+    if age is not None:
+        shared_seed.mark_complete(seed)
+        made = time.time() - age
+        os.utime(seed / "complete", (made, made))
+    return seed
+
+
+def test_a_seed_is_used_for_a_week_and_an_interrupted_one_never(tmp_path: Path) -> None:
+    assert shared_seed.is_fresh(_seed(tmp_path, "fresh", age=3600))
+    assert not shared_seed.is_fresh(_seed(tmp_path, "old", age=shared_seed.MAX_AGE + 1))
+    assert not shared_seed.is_fresh(_seed(tmp_path, "interrupted", age=None))
+
+
+def test_prune_removes_stale_and_interrupted_seeds_but_not_one_in_use(tmp_path: Path) -> None:
+    fresh = _seed(tmp_path, "fresh", age=3600)
+    old = _seed(tmp_path, "old", age=shared_seed.MAX_AGE + 1)
+    interrupted = _seed(tmp_path, "interrupted", age=None)
+    held = _seed(tmp_path, "held", age=shared_seed.MAX_AGE + 1)
+    kept = _seed(tmp_path, "kept", age=None)  # the one this session is using
+
+    with shared_seed.seed_lock(held):  # another run is linking from it
+        removed = shared_seed.prune(tmp_path, keep=kept)
+
+    assert sorted(path.name for path in removed) == ["interrupted", "old"]
+    assert not old.exists() and not interrupted.exists()
+    assert fresh.exists() and held.exists() and kept.exists()
+
+
+def test_a_second_run_waits_for_the_seed_a_first_run_holds(tmp_path: Path) -> None:
+    seed = tmp_path / "seed"
+    with shared_seed.seed_lock(seed) as first:
+        with shared_seed.seed_lock(seed, wait=False) as second:
+            assert (first, second) == (True, False)
+    with shared_seed.seed_lock(seed, wait=False) as again:
+        assert again
+
+
+def test_a_cache_on_another_file_system_is_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seed_site, seed_bin = _environment(tmp_path / "seed")
+    site, bin_dir = _environment(tmp_path / "session")
+    _distribution(seed_site, "torchlike", "2.13.0", {"torchlike/__init__.py": "VERSION = '2.13.0'\n"})
+
+    def cross_device(source: object, target: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(shared_seed.os, "link", cross_device)
+    assert shared_seed.link_seed(seed_site, seed_bin, site, bin_dir) == 3
+    module = site / "torchlike" / "__init__.py"
+    assert module.read_text() == "VERSION = '2.13.0'\n"
+    assert module.stat().st_ino != (seed_site / "torchlike" / "__init__.py").stat().st_ino
