@@ -6,6 +6,7 @@ local CPU wheel; any other version pulls several GB of CUDA packages), then the 
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import shutil
@@ -13,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import nox
 
@@ -88,6 +90,33 @@ os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(_CACHE / "torch-extensions" / 
 # cache folder for all sessions and runs, as for the builds above (Inductor keys entries by their source and settings,
 # so a stale entry is never used).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_CACHE / "torchinductor" / TORCH.replace("==", "-")))
+# Inductor keys each C++ kernel it compiles by its compile command, which names the include folders of the session
+# environment's torch: with the environments in each clone (.nox), a fresh clone's run missed that cache and compiled
+# all of them again (about 320 per run, minutes of CI on 2 cores). So the environments live at one path per machine,
+# made afresh by each run as before; runs on one machine take turns. `--envdir` or LIGHTNING_ACCEL_NOX_ENVDIR gives a
+# run its own folder.
+ENVDIR = Path(os.environ.get("LIGHTNING_ACCEL_NOX_ENVDIR") or _CACHE / "nox-envs")
+nox.options.envdir = str(ENVDIR)
+
+
+def _take_turns(folder: Path) -> IO[str]:
+    """Hold ``folder``'s lock until this nox run ends (the kernel releases it, however the run ends)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / ".lock", "a")  # held for the whole run: closed by the process's end
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(
+            f"nox: another run is using the session environments in {folder}; waiting for it to end "
+            "(LIGHTNING_ACCEL_NOX_ENVDIR=<another folder> gives this run its own).",
+            file=sys.stderr,
+            flush=True,
+        )
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+_TURN = _take_turns(ENVDIR)
 LIGHTNING = "lightning==2.6.6"
 PACKAGES = {
     "core": "packages/core",
