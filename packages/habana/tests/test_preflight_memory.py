@@ -111,3 +111,71 @@ def test_memory_options_refuse_bad_values() -> None:
         preflight(TinyLM(), tp_size=3)
     with pytest.raises(ValueError, match=r"batch_size=0: must be a positive int"):
         preflight(TinyLM(), batch_size=0)
+
+
+def test_the_runs_deepspeed_config_file_sizes_the_zero_rows(tmp_path: Path) -> None:
+    # The run's own ds_config.json, as HPUDeepSpeedStrategy(config=...) takes it: 1 MiB buckets, no overlap.
+    zero = {"stage": 2, "reduce_bucket_size": 2**18, "overlap_comm": False, "contiguous_gradients": True}
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": BATCH, "zero_optimization": zero}))
+    out = tmp_path / "report.json"
+    command = [sys.executable, "-m", "lightning_accel.core.cli", "preflight", "_memory_model:TinyLM"]
+    options = ["--modes", "lazy", "--steps", "2", "--strategies", "zero1,zero2", "--world-size", "2"]
+    options += ["--deepspeed-config", str(config), "--format", "json", "--output", str(out)]
+    done = subprocess.run(
+        [*command, *options], cwd=Path(__file__).parent, capture_output=True, text=True, check=False, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = Report.from_dict(json.loads(out.read_text()))
+    profile = MemoryProfile.from_dict(report.modes["lazy"]["memory"])
+    rows = {f.details["strategy"]: f.details for f in report.of_kind("memory", "lazy")}
+    assert sorted(rows) == ["zero1", "zero2"]
+    for strategy, row in rows.items():
+        assert row["zero_settings"]["reduce_bucket_size"] == 2**18 and row["zero_settings"]["overlap_comm"] is False
+        from_file = predict(profile, strategy, 2, deepspeed_config={"zero_optimization": zero})
+        assert row["bytes_per_rank"] == from_file < predict(profile, strategy, 2)  # the defaults' 800 MB buckets
+    assert not list(tmp_path.glob(".report.json.*"))  # written through a temporary file, renamed over it
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("missing.json", "deepspeed_config='{tmp}/missing.json': cannot read it as a DeepSpeed config (JSON): "),
+        ("list.json", "deepspeed_config='{tmp}/list.json': holds list, not a JSON object."),
+        (
+            {"zero_optimization": {"reduce_bucket_size": "auto"}},
+            "deepspeed_config['zero_optimization']['reduce_bucket_size']='auto': transformers' Trainer fills \"auto\" "
+            "from the model's hidden_size, and neither DeepSpeed nor Lightning does. Give the number of elements",
+        ),
+        (
+            {"zero_optimization": {"overlap_comm": "yes"}},
+            "deepspeed_config['zero_optimization']['overlap_comm']='yes': must be true or false.",
+        ),
+        (3, "deepspeed_config=3: accepted a DeepSpeed config dict, the path of its JSON file, or None"),
+    ],
+    ids=["missing-file", "not-an-object", "auto", "bad-setting", "not-a-config"],
+)
+def test_a_bad_deepspeed_config_is_refused_before_any_step_runs(tmp_path: Path, config: Any, message: str) -> None:
+    (tmp_path / "list.json").write_text("[1, 2]")
+    if isinstance(config, str):
+        config = str(tmp_path / config)
+    # Refused before any step runs: before the model is pickled for the processes of its modes.
+    with pytest.raises(ValueError) as refused:
+        preflight(TinyLM(), modes=("lazy",), deepspeed_config=config)
+    assert str(refused.value).startswith(message.format(tmp=tmp_path)), str(refused.value)
+
+
+def test_an_interrupted_report_write_leaves_the_old_report_whole(tmp_path: Path, monkeypatch: Any) -> None:
+    from lightning_accel.habana import _files
+
+    report = tmp_path / "report.md"
+    report.write_text("the previous report")
+
+    def interrupted(source: str, target: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_files.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _files.write_text_atomically(report, "the new report")
+    assert report.read_text() == "the previous report"
+    assert [path.name for path in tmp_path.iterdir()] == ["report.md"]

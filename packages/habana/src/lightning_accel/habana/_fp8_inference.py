@@ -53,6 +53,8 @@ import torch
 
 from lightning_accel.core.errors import ConfigurationError
 
+from ._files import write_text_atomically
+
 __all__ = [
     "DATA_PATH_VAR",
     "EXTRA",
@@ -198,18 +200,9 @@ def _write_json_atomically(path: Path, data: Any) -> None:
     """Write ``data`` to ``path`` whole or not at all.
 
     The ranks of a run share the fp8 data folder: one rank reading the config while another rewrote it in place
-    (``FP8Config.to_json_file`` truncates first) got an empty file (INC's ``JSONDecodeError``). An interrupted write
-    leaves no partial file either.
+    (``FP8Config.to_json_file`` truncates first) got an empty file (INC's ``JSONDecodeError``).
     """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump(data, file, indent=4)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_text_atomically(path, json.dumps(data, indent=4))
 
 
 def finalize_calibration(module: torch.nn.Module) -> None:

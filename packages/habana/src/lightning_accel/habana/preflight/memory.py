@@ -43,8 +43,11 @@ allocator pool, graph compiler workspace or HCCL buffers.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from .report import Finding, Report
@@ -98,6 +101,39 @@ _DEEPSPEED_DEFAULTS: dict[str, int | bool | None] = {
 }
 
 
+def load_deepspeed_config(
+    value: Mapping[str, Any] | str | os.PathLike[str] | None, argument: str = "deepspeed_config"
+) -> Mapping[str, Any] | None:
+    """The DeepSpeed config ``value`` names: a dict as it is, or the path of a JSON file (as ``ds_config.json``).
+
+    What Lightning's ``DeepSpeedStrategy(config=...)`` takes, so that the prediction reads the run's own file. Its
+    ZeRO settings are checked here, before any step runs.
+
+    Raises:
+        ValueError: For a file that cannot be read as a JSON object, or a bad ZeRO setting, naming ``argument``.
+    """
+    if value is None or isinstance(value, Mapping):
+        config = value
+    elif isinstance(value, (str, os.PathLike)):
+        try:
+            config = json.loads(Path(value).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(
+                f"{argument}={os.fspath(value)!r}: cannot read it as a DeepSpeed config (JSON): {exc}. Accepted: the "
+                "path of the JSON file the run passes as HPUDeepSpeedStrategy(config=...), or a dict."
+            ) from None
+        if not isinstance(config, dict):
+            raise ValueError(f"{argument}={os.fspath(value)!r}: holds {type(config).__name__}, not a JSON object.")
+    else:
+        raise ValueError(
+            f"{argument}={value!r}: accepted a DeepSpeed config dict, the path of its JSON file, or None for "
+            "HPUDeepSpeedStrategy's defaults."
+        )
+    for stage in (1, 3):  # stage 3 reads every setting the others read, and overlap_comm's default differs
+        _zero_settings(config, stage)
+    return config
+
+
 def _zero_settings(deepspeed_config: Mapping[str, Any] | None, stage: int) -> dict[str, int | bool]:
     """The ZeRO settings of ``deepspeed_config`` (a DeepSpeed config dict) that the prediction reads."""
     if deepspeed_config is None:
@@ -121,6 +157,12 @@ def _zero_settings(deepspeed_config: Mapping[str, Any] | None, stage: int) -> di
         if isinstance(default, bool) or key == "overlap_comm":
             if not isinstance(value, bool):
                 raise ValueError(f"deepspeed_config['zero_optimization'][{key!r}]={value!r}: must be true or false.")
+        elif value == "auto":
+            raise ValueError(
+                f"deepspeed_config['zero_optimization'][{key!r}]='auto': transformers' Trainer fills \"auto\" from the "
+                "model's hidden_size, and neither DeepSpeed nor Lightning does. Give the number of elements the run "
+                "uses (transformers' choice for reduce_bucket_size is hidden_size * hidden_size)."
+            )
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ValueError(
                 f"deepspeed_config['zero_optimization'][{key!r}]={value!r}: must be a number of elements >= 0 "
@@ -356,6 +398,11 @@ def add_memory_findings(
                     "tp_size": tp,
                     "batch_size": batch,
                     "bytes_per_rank": need,
+                    **(
+                        {"zero_settings": _zero_settings(deepspeed_config, int(strategy[len("zero")]))}
+                        if strategy.startswith("zero")
+                        else {}
+                    ),
                     "fits": fits,
                     "largest_batch": largest,
                 },

@@ -25,7 +25,8 @@ from typing import Any
 from lightning_accel.core.preflight_args import build_instance, import_class, parse_init_args
 
 from .. import sdk
-from .memory import STRATEGIES, add_memory_findings
+from .._files import write_text_atomically
+from .memory import STRATEGIES, add_memory_findings, load_deepspeed_config
 from .report import FORMATS, Finding, Report, merge_reports, render
 
 __all__ = ["DEFAULT_STEPS", "main", "parse_init_args", "preflight", "run_preflight"]
@@ -204,10 +205,12 @@ def run_preflight(
     world_size: int = 8,
     batch_size: int | None = None,
     tp_size: int = 2,
+    deepspeed_config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
 ) -> Report:
     """The report for a model given as ``module:Class`` with init arguments (what the CLI runs)."""
     _check(modes, steps)
     _check_memory(strategies, world_size, batch_size, tp_size)
+    zero_config = load_deepspeed_config(deepspeed_config)
     # Imported here too, so that a misspelt path fails at once with its message rather than in each mode's process.
     import_class(target, "target")
     if datamodule:
@@ -221,7 +224,7 @@ def run_preflight(
         child_args += ["--precision", precision]
     report = merge_reports(_run_modes(modes, child_args, target, steps), target, steps)
     _fill_sites(report)
-    add_memory_findings(report, strategies, world_size, batch_size, tp_size)
+    add_memory_findings(report, strategies, world_size, batch_size, tp_size, zero_config)
     return report
 
 
@@ -236,6 +239,7 @@ def preflight(
     world_size: int = 8,
     batch_size: int | None = None,
     tp_size: int = 2,
+    deepspeed_config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
 ) -> Report:
     """Run a few training steps of ``model`` on the HPU in each mode and report what it will meet on Gaudi.
 
@@ -254,6 +258,12 @@ def preflight(
         world_size: HPUs of the predicted run.
         batch_size: The micro-batch per rank of the prediction (default: the one the steps ran with).
         tp_size: Tensor-parallel ranks of ``fsdp2_tp``.
+        deepspeed_config: The ZeRO rows' DeepSpeed config, as the run passes it to
+            ``HPUDeepSpeedStrategy(config=...)``: a dict or the path of its JSON file. Its ``zero_optimization``
+            bucket and overlap settings size DeepSpeed's buffers; ``None``: HPUDeepSpeedStrategy's defaults.
+
+    Raises:
+        ValueError: For a bad mode, size, strategy or DeepSpeed config, before any step runs.
 
     Example:
         >>> from lightning_accel.habana.preflight import preflight, render
@@ -265,6 +275,7 @@ def preflight(
         raise TypeError(f"preflight(model={type(model).__name__}): expected a LightningModule.")
     _check(modes, steps)
     _check_memory(strategies, world_size, batch_size, tp_size)
+    zero_config = load_deepspeed_config(deepspeed_config)
     target = f"{type(model).__module__}:{type(model).__qualname__}"
     objects = {"model": model, "datamodule": datamodule, "train_dataloaders": train_dataloaders}
     with tempfile.TemporaryDirectory(prefix="preflight-") as tmp:
@@ -282,7 +293,7 @@ def preflight(
             child_args += ["--precision", precision]
         report = merge_reports(_run_modes(modes, child_args, target, steps), target, steps)
     _fill_sites(report)
-    add_memory_findings(report, strategies, world_size, batch_size, tp_size)
+    add_memory_findings(report, strategies, world_size, batch_size, tp_size, zero_config)
     return report
 
 
@@ -318,6 +329,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tp-size", type=int, default=2, help="tensor-parallel ranks of fsdp2_tp (default 2)")
     parser.add_argument(
         "--batch-size", type=int, help="micro-batch per rank of the prediction (default: the one the steps ran with)"
+    )
+    parser.add_argument(
+        "--deepspeed-config",
+        help="the run's DeepSpeed config (JSON, as HPUDeepSpeedStrategy(config=...) takes): the ZeRO rows read its "
+        "bucket and overlap settings (default: HPUDeepSpeedStrategy's)",
     )
     parser.add_argument("--format", default="table", help=f"one of {', '.join(FORMATS)} (default table)")
     parser.add_argument("--output", help="write the report to this file instead of the terminal")
@@ -417,13 +433,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.world_size,
             args.batch_size,
             args.tp_size,
+            args.deepspeed_config,
         )
     except ValueError as exc:
         print(f"lightning-accel preflight: {exc}", file=sys.stderr)
         return 2
     text = render(report, args.format)
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            write_text_atomically(Path(args.output), text)
+        except OSError as exc:
+            print(f"lightning-accel preflight: --output {args.output}: cannot write it ({exc}).", file=sys.stderr)
+            return 2
         print(f"lightning-accel preflight: report written to {args.output}")
     else:
         sys.stdout.write(text)
