@@ -81,8 +81,8 @@ TORCH = "torch==2.13.0"
 # The emulated HPU device's build and DeepSpeed's JIT-built CPU Adam (the DeepSpeed suite and the integration suite's
 # selftest) go into one folder of the user's cache, with torch's release in the path (torch keys a build by Python
 # version and source hash, not by its own release). The device's build is keyed by its sources, so it is built once per
-# machine; CPU Adam's build commands name the session environment's paths, so each session that loads it builds it
-# again (about 30 s on 2 idle cores). `rm -rf ~/.cache/lightning-accel` builds both afresh.
+# machine; CPU Adam's build commands name the session environment's paths, so each session that loads it has a build
+# folder of its own (use_own_extension_builds). `rm -rf ~/.cache/lightning-accel` builds both afresh.
 _CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lightning-accel"
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(_CACHE / "torch-extensions" / TORCH.replace("==", "-")))
 # Inductor (the emulated hpu_backend's compiler) caches its compiled graphs and C++ kernels under the temporary folder,
@@ -197,14 +197,40 @@ def install_seeded(session: nox.Session, *requirements: str) -> None:
         session.log(f"removed the stale seed {stale}")
 
 
-def install_base(session: nox.Session, *packages: str, editable: bool = True, also: tuple[str, ...] = ()) -> None:
+# DeepSpeed JIT-builds CPU Adam with ninja, which builds again when a source is newer than the build: installed afresh
+# by each run, DeepSpeed's sources always were (about 30 s on 2 idle cores, in each session that loads it). From a seed
+# they keep the seed's times, and with the environment at its one path (ENVDIR) and a build folder per session, the
+# build commands are the same too, so a session builds once per machine. The sessions that load CPU Adam start from it.
+DEEPSPEED = "deepspeed>=0.16.1,<0.20"  # lightning-accel-deepspeed-hpu's requirement
+SEEDED_DEEPSPEED = (*SEEDED, DEEPSPEED)
+
+
+def use_own_extension_builds(session: nox.Session) -> None:
+    """JIT-built torch extensions (CPU Adam) in a folder of the session's own; the emulated device's build still shared.
+
+    The sessions' environments have paths of their own, and a build's commands name them: in one shared folder, each
+    session would find the other's build and build again.
+    """
+    shared = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    session.env["LIGHTNING_ACCEL_CACHE_DIR"] = os.environ.get("LIGHTNING_ACCEL_CACHE_DIR", str(shared))
+    session.env["TORCH_EXTENSIONS_DIR"] = str(shared / "sessions" / session.name)
+
+
+def install_base(
+    session: nox.Session,
+    *packages: str,
+    editable: bool = True,
+    also: tuple[str, ...] = (),
+    seed: tuple[str, ...] = SEEDED,
+) -> None:
     """torch, Lightning, the test tools, the core and ``packages``; with "habana" or "graphcore", the SDK emulator it
-    runs on here (what the integration's ``emulator`` extra pulls, from this tree). ``also``: more pip arguments.
+    runs on here (what the integration's ``emulator`` extra pulls, from this tree). ``also``: more pip arguments;
+    ``seed``: the requirements of the seed the session starts from.
 
     One pip command for all of it: each pip start in an environment this size costs seconds (it reads every installed
     distribution), and the sessions' set-up was a fifth of CI's time.
     """
-    install_seeded(session, *SEEDED)
+    install_seeded(session, *seed)
     for integration, emulator in (("habana", "habana-emulator"), ("graphcore", "poptorch-emulator")):
         if integration in packages and emulator not in packages:
             packages = (emulator, *packages)
@@ -356,7 +382,8 @@ def deepspeed_hpu_tests(session: nox.Session) -> None:
     # deepspeed-hpu, which requires it: pip 23 looks for a requirement on the index when the editable that provides it
     # comes later in the command, with extras.
     extras = ("-e", f"{PACKAGES['habana']}[fp8-inference]", "-e", "packages/deepspeed-hpu[tensor-parallel]")
-    install_base(session, "habana-emulator", also=extras)
+    install_base(session, "habana-emulator", also=extras, seed=SEEDED_DEEPSPEED)
+    use_own_extension_builds(session)
     run_pytest(session, "packages/deepspeed-hpu/tests", *WORKERS)
 
 
@@ -366,7 +393,8 @@ def ray_tests(session: nox.Session) -> None:
     """Lightning on HPUs under Ray Train (the habana[ray] extra), each test on a local Ray cluster of this machine."""
     # torch pinned in the same command: pip keeps it. habana[ray] before deepspeed-hpu, as in deepspeed_hpu_tests.
     ray = (TORCH, "-e", f"{PACKAGES['habana']}[ray]", "-e", PACKAGES["deepspeed-hpu"])
-    install_base(session, "habana-emulator", also=ray)
+    install_base(session, "habana-emulator", also=ray, seed=SEEDED_DEEPSPEED)
+    use_own_extension_builds(session)
     # Every test starts a Ray cluster whose two workers use both cores: one test at a time.
     run_pytest(session, "packages/habana/tests/on_ray", env={"LIGHTNING_ACCEL_REQUIRE_RAY": "1"})
 
@@ -375,7 +403,10 @@ def ray_tests(session: nox.Session) -> None:
 @recorded
 def integration_tests(session: nox.Session) -> None:
     """All distributions installed together from wheels (not editable): entry points, CLI, examples."""
-    install_base(session, "habana", "graphcore", "deepspeed-hpu", editable=False, also=(TEST_PLUGIN,))
+    install_base(
+        session, "habana", "graphcore", "deepspeed-hpu", editable=False, also=(TEST_PLUGIN,), seed=SEEDED_DEEPSPEED
+    )
+    use_own_extension_builds(session)
     # Run from a neutral directory so that the installed wheels, not the source tree, are imported.
     with session.chdir(session.create_tmp()):
         run_pytest(session, str(ROOT / "tests"), "-p", "no:cacheprovider", *WORKERS)
