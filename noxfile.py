@@ -93,8 +93,8 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_CACHE / "torchinductor" / 
 # Inductor keys each C++ kernel it compiles by its compile command, which names the include folders of the session
 # environment's torch: with the environments in each clone (.nox), a fresh clone's run missed that cache and compiled
 # all of them again (about 320 per run, minutes of CI on 2 cores). So the environments live at one path per machine,
-# made afresh by each run as before; runs on one machine take turns. `--envdir` or LIGHTNING_ACCEL_NOX_ENVDIR gives a
-# run its own folder.
+# made afresh by each run as before; runs on one machine take turns (a lock in the folder). LIGHTNING_ACCEL_NOX_ENVDIR
+# gives a run a folder and a lock of its own (nox's --envdir moves the environments, not the lock).
 ENVDIR = Path(os.environ.get("LIGHTNING_ACCEL_NOX_ENVDIR") or _CACHE / "nox-envs")
 nox.options.envdir = str(ENVDIR)
 
