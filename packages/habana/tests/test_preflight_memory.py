@@ -152,8 +152,12 @@ def test_the_runs_deepspeed_config_file_sizes_the_zero_rows(tmp_path: Path) -> N
             "deepspeed_config['zero_optimization']['overlap_comm']='yes': must be true or false.",
         ),
         (3, "deepspeed_config=3: accepted a DeepSpeed config dict, the path of its JSON file, or None"),
+        (
+            {"bf16": {"enabled": "auto"}},
+            "deepspeed_config['bf16']={{'enabled': 'auto'}}: must be a dict whose 'enabled' is true or false",
+        ),
     ],
-    ids=["missing-file", "not-an-object", "auto", "bad-setting", "not-a-config"],
+    ids=["missing-file", "not-an-object", "auto", "bad-setting", "not-a-config", "bad-bf16"],
 )
 def test_a_bad_deepspeed_config_is_refused_before_any_step_runs(tmp_path: Path, config: Any, message: str) -> None:
     (tmp_path / "list.json").write_text("[1, 2]")
@@ -179,3 +183,10 @@ def test_an_interrupted_report_write_leaves_the_old_report_whole(tmp_path: Path,
         _files.write_text_atomically(report, "the new report")
     assert report.read_text() == "the previous report"
     assert [path.name for path in tmp_path.iterdir()] == ["report.md"]
+
+
+def test_a_profile_keeps_its_precision_and_older_reports_read_as_float32() -> None:
+    profile = MemoryProfile(10, 10, 20, 46, 4, 2, 2, 2, 2, "bf16-mixed")
+    assert MemoryProfile.from_dict(profile.as_dict()) == profile
+    older = {k: v for k, v in profile.as_dict().items() if k not in ("precision", "largest_parameter")}
+    assert MemoryProfile.from_dict(older).precision == "32-true"

@@ -1,11 +1,12 @@
 """A ZeRO setup trains two steps of a small language model with HPUDeepSpeedStrategy on two emulated HPUs.
 
 Rank N writes OUT/rankN.json: the device memory's peak over the second step (``torch.hpu.max_memory_allocated``
-after a reset at the step's start, as the pre-flight run reads it) and the run's ZeRO config.
+after a reset at the step's start, as the pre-flight run reads it) and the run's ZeRO and bf16/fp16 config.
 
-Usage: ``preflight_zero_memory.py OUT SETUP``, SETUP one of the pre-flight report's ZeRO strategies (``zero1``,
-``zero2_offload``...). One setup per process: DeepSpeed's engine outlives ``Trainer.fit`` in the process, so a second
-run would start with the first one's buffers still allocated.
+Usage: ``preflight_zero_memory.py OUT SETUP [PRECISION]``, SETUP one of the pre-flight report's ZeRO strategies
+(``zero1``, ``zero2_offload``...), PRECISION Lightning's ``precision=`` (default: 32-true). One setup per process:
+DeepSpeed's engine outlives ``Trainer.fit`` in the process, so a second run would start with the first one's buffers
+still allocated.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ BUCKET = 2**18
 
 def main() -> None:
     out, setup = sys.argv[1], sys.argv[2]
+    precision = sys.argv[3] if len(sys.argv) > 3 else "32-true"
     stage, offload = int(setup[len("zero")]), setup.endswith("_offload")
     strategy = HPUDeepSpeedStrategy(
         stage=stage,
@@ -45,6 +47,7 @@ def main() -> None:
         devices=2,
         strategy=strategy,
         max_steps=2,
+        precision=precision,
         callbacks=[peak],
         logger=False,
         enable_progress_bar=False,
@@ -53,7 +56,7 @@ def main() -> None:
     )
     trainer.fit(TinyLM(host_optimizer=offload))
     # The config the run used, for the prediction to read its ZeRO settings.
-    config = {"zero_optimization": strategy.config["zero_optimization"]}
+    config = {key: strategy.config[key] for key in ("zero_optimization", "bf16", "fp16") if key in strategy.config}
     with open(os.path.join(out, f"rank{trainer.global_rank}.json"), "w") as handle:
         json.dump({"peak": peak.peak, "config": config}, handle)
     # Gloo's threads can abort the interpreter at exit while the group is alive; end it first.

@@ -251,7 +251,7 @@ class PreflightCallback(Callback):
         self._fallbacks: Counter[str] = Counter()
         self._graph_log = _GraphBreakLog()
         self._step_open = False
-        self._memory: dict[str, int] | None = None
+        self._memory: dict[str, int | str] | None = None
 
     # -- run -----------------------------------------------------------------------------------------------------
     @override
@@ -488,7 +488,7 @@ def _nbytes(tensors: Any) -> int:
     return sum(t.numel() * t.element_size() for t in _tensors(list(tensors)) if t.device.type != "meta")
 
 
-def _memory_profile(trainer: Trainer, pl_module: LightningModule, batch_size: int) -> dict[str, int] | None:
+def _memory_profile(trainer: Trainer, pl_module: LightningModule, batch_size: int) -> dict[str, int | str] | None:
     """The step's :class:`~.memory.MemoryProfile` as plain data, or ``None`` when the step had no batch dimension."""
     if batch_size < 1:
         return None
@@ -515,6 +515,8 @@ def _memory_profile(trainer: Trainer, pl_module: LightningModule, batch_size: in
         "root_parameters": root,
         "block_parameters": block,
         "largest_parameter": max((_nbytes([p]) for p in params), default=0),
+        # The ZeRO predictions convert the states and the working memory to the dtype DeepSpeed will train in.
+        "precision": str(trainer.precision),
     }
 
 

@@ -34,6 +34,13 @@ the working memory):
 - ``*_offload``: the master copy, the optimizer state and its step live on the host (``offload_optimizer``); stages
   1 and 2 keep ``P`` and a device buffer of ``L`` for the copies to the host, stage 3 also keeps its parameter and
   gradient partitions there (``offload_param``) and only ``B`` on the device.
+- Under DeepSpeed's ``bf16`` or ``fp16`` (the config's section enabled, or, without those sections, a profile
+  measured at a 16-bit Lightning precision, from which Lightning's DeepSpeed strategy enables them), DeepSpeed
+  converts the model: ``P``, ``G``, ``L``, the buckets and the gathered parameters are 16-bit, while ``M``, ``O`` and
+  the step's gradient partition stay float32. ``W`` follows the model's dtype when the profile was measured without
+  autocast (``32-true``: halved; ``bf16-true``: as measured). A profile measured under autocast (``bf16-mixed``)
+  keeps its ``W`` as measured, which also counts autocast's 16-bit copies of the weights that DeepSpeed's 16-bit
+  model does not make: profile with ``bf16-true`` for the exact figure.
 
 Checked on the emulator against measured peaks: ``ddp`` and ``fsdp`` (FSDP2) on two emulated HPUs
 (``packages/habana/tests/test_preflight_memory.py``), and every ZeRO row with HPUDeepSpeedStrategy on two emulated
@@ -131,6 +138,7 @@ def load_deepspeed_config(
         )
     for stage in (1, 3):  # stage 3 reads every setting the others read, and overlap_comm's default differs
         _zero_settings(config, stage)
+    _half_enabled(config)
     return config
 
 
@@ -188,6 +196,8 @@ class MemoryProfile:
             FSDP gathers at a time; the whole model when it has none.
         largest_parameter: Bytes of the largest parameter (DeepSpeed sizes some buffers by it); 0 in profiles made
             before it was recorded, read then as :attr:`block_parameters`.
+        precision: Lightning's precision of the measured step (``"32-true"``, ``"bf16-mixed"``...); ``"32-true"`` in
+            profiles made before it was recorded.
 
     Example:
         >>> p = MemoryProfile(10, 10, 20, 46, 4, 2, 2, 2)
@@ -204,6 +214,7 @@ class MemoryProfile:
     root_parameters: int
     block_parameters: int
     largest_parameter: int = 0
+    precision: str = "32-true"
 
     @property
     def states(self) -> int:
@@ -215,16 +226,20 @@ class MemoryProfile:
         """The step's peak beyond the states: activations and temporaries, at :attr:`batch_size`."""
         return max(self.peak - self.states, 0)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int | str]:
         """The profile as plain data."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MemoryProfile:
         """Rebuild a profile from :meth:`as_dict`'s output."""
-        # Reports written before largest_parameter was recorded lack it: it keeps its default there.
-        optional = {"largest_parameter"}
-        return cls(**{key: int(data[key]) for key in cls.__dataclass_fields__ if key in data or key not in optional})
+        # Reports written before largest_parameter and precision were recorded lack them: they keep their defaults.
+        optional = {"largest_parameter", "precision"}
+        values: dict[str, Any] = {}
+        for key in cls.__dataclass_fields__:
+            if key in data or key not in optional:
+                values[key] = str(data[key]) if key == "precision" else int(data[key])
+        return cls(**values)
 
 
 def _check(strategy: str, world_size: int, tp_size: int) -> None:
@@ -238,41 +253,73 @@ def _check(strategy: str, world_size: int, tp_size: int) -> None:
         )
 
 
+_HALF_PRECISIONS = ("bf16-mixed", "bf16-true", "16-mixed", "16-true", "bf16", "16")
+
+
+def _half_enabled(deepspeed_config: Mapping[str, Any] | None) -> bool | None:
+    """Whether the config's ``bf16`` or ``fp16`` section is enabled; ``None`` when it has neither section."""
+    sections = {key: (deepspeed_config or {})[key] for key in ("bf16", "fp16") if key in (deepspeed_config or {})}
+    for key, section in sections.items():
+        if not isinstance(section, Mapping) or not isinstance(section.get("enabled", False), bool):
+            raise ValueError(
+                f"deepspeed_config[{key!r}]={section!r}: must be a dict whose 'enabled' is true or false, e.g. "
+                f"{{'enabled': True}}."
+            )
+    return any(section.get("enabled", False) for section in sections.values()) if sections else None
+
+
+def _deepspeed_element(profile: MemoryProfile, deepspeed_config: Mapping[str, Any] | None) -> int:
+    """Bytes per element of the parameters DeepSpeed trains: 2 under its ``bf16`` or ``fp16``, else 4."""
+    enabled = _half_enabled(deepspeed_config)
+    if enabled is None:
+        # Without those sections, Lightning's DeepSpeed strategy enables one from the Trainer's 16-bit precision.
+        enabled = profile.precision in _HALF_PRECISIONS
+    return 2 if enabled else 4
+
+
 def _parts(
     profile: MemoryProfile, strategy: str, world_size: int, tp_size: int, deepspeed_config: Mapping[str, Any] | None
-) -> tuple[float, float, float]:
-    """Bytes per rank as ``(kept, with_work, step)``: the peak is ``kept + max(with_work + W, step)``.
+) -> tuple[float, float, float, float]:
+    """Bytes per rank as ``(kept, with_work, step, w)``: the peak is ``kept + max(with_work + w * W, step)``.
 
     ``kept`` stays between steps; ``with_work`` is what the forward and backward pass add besides the working memory
-    ``W`` (which scales with the micro-batch), ``step`` what the optimizer step adds.
+    ``W`` (which scales with the micro-batch, and by ``w`` to the dtype the strategy trains in), ``step`` what the
+    optimizer step adds.
     """
     n = world_size
-    p, g, o = profile.parameters, profile.gradients, profile.optimizer_state
+    p, g, o = float(profile.parameters), float(profile.gradients), float(profile.optimizer_state)
     gathered = profile.root_parameters + 2 * profile.block_parameters
     if strategy == "ddp":
-        return p + 2 * g + o, 0.0, 0.0
+        return p + 2 * g + o, 0.0, 0.0, 1.0
     if strategy == "fsdp":
-        return (p + g + o) / n + gathered, 0.0, 0.0
+        return (p + g + o) / n + gathered, 0.0, 0.0, 1.0
     if strategy == "fsdp2_tp":
-        return (p + g + o) / n + gathered / tp_size, 0.0, 0.0
+        return (p + g + o) / n + gathered / tp_size, 0.0, 0.0, 1.0
     stage = int(strategy[len("zero")])
     zero = _zero_settings(deepspeed_config, stage)
-    element = p / max(profile.parameter_count, 1)  # bytes per element of the parameters and their gradients
+    measured = p / max(profile.parameter_count, 1)  # bytes per element of the profile's parameters
+    element = _deepspeed_element(profile, deepspeed_config)
+    # DeepSpeed converts the model to its 16-bit dtype, and keeps float32 for the master copy, the optimizer state
+    # (torch's optimizers keep their state in the parameters' dtype: the master's) and the step's gradients.
+    scale, fp32 = element / measured, 4 / measured
     master = 4 * profile.parameter_count
-    largest = profile.largest_parameter or profile.block_parameters
+    step = g * fp32 / n + 2 * master / n  # the float32 gradient partition and the two temporaries of Adam's step
+    p, g, o = p * scale, g * scale, o * fp32
+    block = profile.block_parameters * scale
+    largest = (profile.largest_parameter or profile.block_parameters) * scale
+    working = 1.0 if profile.precision.endswith("-mixed") else scale
     buckets = 2 if zero["overlap_comm"] and stage < 3 else 1
     bucket = buckets * int(zero["reduce_bucket_size"]) * element if zero["contiguous_gradients"] else 0.0
-    step = g / n + 2 * master / n
     if strategy in ("zero1", "zero2"):
-        return p + (master + o) / n, g / n + bucket + largest, step
+        return p + (master + o) / n, g / n + bucket + largest, step, working
     if strategy in ("zero1_offload", "zero2_offload"):
-        return p + largest, bucket + largest, 0.0
-    live = min(p, max(profile.block_parameters, element * int(zero["stage3_max_live_parameters"])))
-    in_flight = min(p, max(profile.block_parameters, element * int(zero["stage3_prefetch_bucket_size"])))
+        return p + largest, bucket + largest, 0.0, working
+    live = min(p, max(block, element * int(zero["stage3_max_live_parameters"])))
+    in_flight = min(p, max(block, element * int(zero["stage3_prefetch_bucket_size"])))
     if strategy == "zero3":
-        return (p + g + master + o) / n + bucket, live + in_flight, step
+        return (p + g + master + o) / n + bucket, live + in_flight, step, working
     # zero3_offload: parameter and gradient partitions, master copy and optimizer state on the host.
-    return bucket, live + in_flight, 0.0
+    return bucket, live + in_flight, 0.0, working
 
 
 def predict(
@@ -307,8 +354,8 @@ def predict(
     batch = profile.batch_size if batch_size is None else batch_size
     if not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch_size={batch!r}: must be a positive int (the micro-batch per rank).")
-    working = profile.working * batch / profile.batch_size
-    kept, with_work, step = _parts(profile, strategy, world_size, tp_size, deepspeed_config)
+    kept, with_work, step, scale = _parts(profile, strategy, world_size, tp_size, deepspeed_config)
+    working = profile.working * scale * batch / profile.batch_size
     return round(kept + max(with_work + working, step))
 
 
@@ -322,11 +369,11 @@ def largest_batch(
 ) -> int:
     """The largest micro-batch per rank whose predicted peak fits ``capacity`` bytes (0: not even one sample)."""
     _check(strategy, world_size, tp_size)
-    kept, with_work, step = _parts(profile, strategy, world_size, tp_size, deepspeed_config)
+    kept, with_work, step, scale = _parts(profile, strategy, world_size, tp_size, deepspeed_config)
     room = capacity - kept - with_work
     if room <= 0 or kept + step > capacity:
         return 0
-    per_sample = profile.working / profile.batch_size
+    per_sample = profile.working * scale / profile.batch_size
     if per_sample <= 0:
         raise ValueError("The measured step held no working memory: its micro-batch cannot be scaled.")
     return int(room // per_sample)
