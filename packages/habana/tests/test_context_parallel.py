@@ -87,8 +87,15 @@ def test_losses_at_cp2_equal_the_unsplit_run(unsplit: dict[str, Any], tmp_path: 
             ["--no-split"],
             "Attention over 16 positions under context_parallel_size=2, but the step did not split its batch",
         ),
+        (
+            2,
+            2,
+            ["--compile"],
+            "context_parallel_size=2: model is compiled (torch.compile / Module.compile / HPUCompile). Context "
+            "parallelism runs in eager and lazy mode only",
+        ),
     ],
-    ids=["size-not-dividing-world", "eager-attention", "no-attention-call", "model-loss", "no-split"],
+    ids=["size-not-dividing-world", "eager-attention", "no-attention-call", "model-loss", "no-split", "compiled"],
 )
 def test_runs_that_would_not_split_are_refused(
     tmp_path: Path, cp: int, devices: int, options: list[str], message: str

@@ -679,3 +679,5 @@ def test_context_parallel_size_refuses_what_it_cannot_join() -> None:
     )
     with pytest.raises(ConfigurationError, match=r"context_parallel_size=2 with fsdp is not supported yet"):
         import_optimum_habana(None, {"context_parallel_size": 2, "fsdp": "full_shard"})
+    with pytest.raises(ConfigurationError, match=r"context_parallel_size=2 with torch_compile=True is not supported"):
+        import_optimum_habana(None, {"context_parallel_size": 2, "torch_compile": True, "use_lazy_mode": False})

@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--attention", default="sdpa")
     parser.add_argument("--model-loss", action="store_true")
     parser.add_argument("--no-split", action="store_true")
+    parser.add_argument("--compile", action="store_true")
     args = parser.parse_args()
     seed_everything(7)
     tokens = torch.randint(0, 96, (12, args.length), generator=torch.Generator().manual_seed(3))
@@ -92,6 +93,8 @@ def main() -> None:
     )
     # Built after the Trainer: a transformers model built first leaves lazy mode's barrier without a device.
     module = CausalLM(args.attention, args.model_loss, not args.no_split)
+    if args.compile:  # refused: under compile transformers gives attention an explicit mask
+        module.model.compile(backend="hpu_backend")
     trainer.fit(module, data)
     cp = trainer.strategy.context_parallel  # type: ignore[attr-defined]
     torch.save(

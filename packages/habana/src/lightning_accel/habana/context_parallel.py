@@ -211,7 +211,9 @@ class ContextParallel:
                 f"scaled_dot_product_attention(attn_mask={'a tensor' if attn_mask is not None else None}, "
                 f"is_causal={is_causal}) is not accepted under context parallelism. Accepted: is_causal=True with no "
                 "attn_mask (causal self-attention without padding). Leave attention_mask out of the model's inputs "
-                "and do not pad; a bidirectional model (an encoder) cannot be split by context parallelism."
+                "and do not pad; a bidirectional model (an encoder) cannot be split by context parallelism. Under "
+                "torch.compile, transformers passes an explicit causal mask: context parallelism runs in eager and "
+                "lazy mode only."
             )
         length = query.shape[-2]
         if self._local_length != length:
@@ -251,6 +253,20 @@ class _CountAttention(TorchFunctionMode):
         if func in _SDPA:
             self.owner.routed_calls += 1
         return func(*args, **(kwargs or {}))
+
+
+def _refuse_compiled(module: torch.nn.Module | None, size: int) -> None:
+    """Refuse a module with a compiled part: the attention it would run cannot be split (see ``_attend``)."""
+    from torch._dynamo import OptimizedModule
+
+    for name, sub in module.named_modules() if module is not None else ():
+        if isinstance(sub, OptimizedModule) or getattr(sub, "_compiled_call_impl", None) is not None:
+            raise ConfigurationError(
+                f"context_parallel_size={size}: {name or type(module).__name__} is compiled (torch.compile / "
+                "Module.compile / HPUCompile). Context parallelism runs in eager and lazy mode only: under "
+                "torch.compile transformers gives attention an explicit causal mask, which the split cannot offset "
+                "to each rank's slice. Leave the model uncompiled."
+            )
 
 
 def _non_sdpa_attention(module: torch.nn.Module) -> str | None:
@@ -351,6 +367,9 @@ class HPUContextParallelStrategy(HPUParallelStrategy):
     @override
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         cp = self.context_parallel
+        if cp.size > 1:
+            # Checked at every step: a callback may compile the model after the first one (compile from step 2).
+            _refuse_compiled(self.lightning_module, cp.size)
         before, losses = cp.routed_calls, cp.loss_calls
         with cp.attention():
             output = super().training_step(*args, **kwargs)

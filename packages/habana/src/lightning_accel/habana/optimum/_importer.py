@@ -964,6 +964,12 @@ def _context_parallel(run: OptimumImport, a: Mapping[str, Any], deepspeed: bool)
             f"training_args: context_parallel_size={size} with {other} is not supported yet (issue 46): context "
             "parallelism runs on DDP (HPUContextParallelStrategy). Drop one of them."
         )
+    if a["torch_compile"]:
+        raise _refuse(
+            f"training_args: context_parallel_size={size} with torch_compile=True is not supported: context "
+            "parallelism runs in eager and lazy mode only (under torch.compile transformers gives attention an "
+            "explicit causal mask, which the split cannot offset). Drop one of them."
+        )
     run.strategy = ("context_parallel", {**run.strategy[1], "context_parallel_size": size})
 
 

@@ -408,7 +408,8 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
         "into contiguous slices and gathers the keys and values for attention; data parallel over the groups",
         "your training_step slices with trainer.strategy.context_parallel.split(input_ids) and returns "
         "context_parallel.loss(logits, labels); causal SDPA attention only (attn_implementation='sdpa'), no padding, "
-        "sequence length a multiple of the size; refused with deepspeed, fsdp or fast_ddp; checked on the emulator",
+        "sequence length a multiple of the size; refused with deepspeed, fsdp, fast_ddp or torch_compile; checked on "
+        "the emulator",
     ),
     _m(
         _T,
