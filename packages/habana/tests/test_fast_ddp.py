@@ -275,18 +275,24 @@ def test_hpu_graphs_are_refused_by_name_where_they_cannot_be_captured(
         HPUFastDDPStrategy(use_hpu_graphs="yes")  # type: ignore[arg-type]
 
 
-def test_the_importer_maps_optimum_habanas_fast_ddp_to_the_strategy(eager_mode: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+def test_the_importer_maps_optimum_habanas_fast_ddp_to_the_strategy(
+    request: pytest.FixtureRequest, tmp_path: Path, lazy: bool
+) -> None:
     from lightning.pytorch import Trainer
 
     from lightning_accel.habana import HPUFastDDPStrategy
     from lightning_accel.habana.optimum import import_optimum_habana
 
-    arguments = {"distribution_strategy": "fast_ddp", "ddp_timeout": 60, "use_lazy_mode": False, "report_to": "none"}
+    request.getfixturevalue("lazy_mode" if lazy else "eager_mode")
+    arguments = {"distribution_strategy": "fast_ddp", "ddp_timeout": 60, "use_lazy_mode": lazy, "report_to": "none"}
     run = import_optimum_habana(None, {**arguments, "output_dir": str(tmp_path)})
     strategy = Trainer(**run.trainer_kwargs(devices=2)).strategy
     assert isinstance(strategy, HPUFastDDPStrategy)
     assert strategy.buffer_dtype == torch.bfloat16  # optimum-habana's buffer
     assert strategy._timeout.total_seconds() == 60
+    # optimum-habana's trainer always packs with HPU graphs; they exist in lazy mode only.
+    assert strategy.use_hpu_graphs is lazy
 
 
 @pytest.mark.parametrize(
