@@ -14,9 +14,6 @@ from _habana_helpers import PYTHON, SCRIPTS, free_port, script_env
 from lightning_accel.core.errors import ConfigurationError
 
 SCRIPT = str(SCRIPTS / "fast_ddp_fit.py")
-_EAGER_FALLBACK = (
-    "HPUFastDDPStrategy(use_hpu_graphs=True): the gradients are packed and unpacked as ordinary operations"
-)
 _CAPTURED = "fast_ddp: packing and unpacking 4 gradients (4810 elements, torch.float32) captured as 2 HPU graphs"
 
 
@@ -71,10 +68,10 @@ def test_fast_ddp_trains_in_lockstep_to_ddps_weights_without_a_reducer(runs: _Ru
     # One all-reduce per weight update (6 batches), none inside gradient accumulation.
     assert [r["reductions"] for r in fast] == [6 // accumulate] * 2
     assert [r["global_step"] for r in fast] == [r["global_step"] for r in ddp] == [6 // accumulate] * 2
-    # HPU graphs by default: captured in lazy mode; in eager mode, where they cannot be, the strategy says so.
+    # By default HPU graphs in lazy mode, where the strategy says it captured them; ordinary operations in eager mode.
     assert [r["hpu_graphs"] for r in fast] == [lazy == "1"] * 2
-    assert (_EAGER_FALLBACK in stderr) is (lazy == "0")
     assert (_CAPTURED in stderr) is (lazy == "1")
+    assert "HPUFastDDPStrategy(use_hpu_graphs" not in stderr  # nothing to warn about: graphs were not asked for
     # Each rank built other weights; rank 0's reached both before training, as DDP broadcasts them.
     assert _same(fast[0]["start"], fast[1]["start"])
     assert _same(fast[0]["start"], ddp[0]["start"])
@@ -263,11 +260,21 @@ def test_hpu_graphs_are_refused_by_name_where_they_cannot_be_captured(
     model = torch.nn.Linear(3, 1).to("hpu")
     model(torch.ones(1, 3, device="hpu")).sum().backward()
     with pytest.raises(ConfigurationError, match=r"use_hpu_graphs=True\): the SDK runs in eager mode \(PT_HPU_LAZY"):
-        GradientFusion(model).all_reduce()
+        GradientFusion(model, use_hpu_graphs=True).all_reduce()
+    assert GradientFusion(model).use_hpu_graphs is False  # by default, graphs in lazy mode only
     cpu = torch.nn.Linear(3, 1)
     cpu(torch.ones(1, 3)).sum().backward()
     with pytest.raises(ConfigurationError, match=r"use_hpu_graphs=True\): gradients on cpu, and HPU graphs capture"):
-        GradientFusion(cpu).all_reduce()
+        GradientFusion(cpu, use_hpu_graphs=True).all_reduce()
+    # The strategy refuses graphs in eager mode at set-up, before its first collective.
+    strategy = HPUFastDDPStrategy(use_hpu_graphs=True)
+    strategy.model = model
+    with pytest.raises(ConfigurationError) as refused:
+        strategy.configure_ddp()
+    assert str(refused.value).startswith(
+        "HPUFastDDPStrategy(use_hpu_graphs=True): the SDK runs in eager mode (PT_HPU_LAZY_MODE=0 or unset, the default "
+        "since SDK 1.21), and HPU graphs are created in lazy mode only. Set PT_HPU_LAZY_MODE=1"
+    )
     GradientFusion(cpu, use_hpu_graphs=False).all_reduce()  # without graphs, any device
     with pytest.raises(ConfigurationError, match=r"GradientFusion\(use_hpu_graphs=1\) is not accepted. Accepted: True"):
         GradientFusion(cpu, use_hpu_graphs=1)  # type: ignore[arg-type]

@@ -4,9 +4,10 @@ optimum-habana's fast DDP (``optimum.habana.distributed.all_reduce_gradients``) 
 parameters are broadcast from rank 0 once, before training; after the backward pass of each step that updates the
 weights, every gradient is divided by the world size and copied into one flat buffer, the buffer is all-reduced in
 one collective, and the sums are copied back into the gradients. No autograd hooks, no buckets, no reducer. With
-``use_hpu_graphs=True`` (its default, and its trainer's only setting) the copies into and out of the buffer are
-captured as two HPU graphs at the first call and replayed after; the trainer zeroes gradients with
-``set_to_none=False`` under fast_ddp so that the captured gradient tensors stay the parameters' gradients.
+``use_hpu_graphs=True`` (its default, and its trainer's only setting; here the default in lazy mode) the copies
+into and out of the buffer are captured as two HPU graphs at the first call and replayed after; the trainer zeroes
+gradients with ``set_to_none=False`` under fast_ddp so that the captured gradient tensors stay the parameters'
+gradients.
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ class GradientFusion:
         module: The module whose gradients are reduced.
         dtype: The buffer's dtype: ``torch.float32`` (the sums DDP computes) or ``torch.bfloat16`` (half the
             traffic, optimum-habana's default; gradients are rounded to bfloat16 before they are summed).
-        use_hpu_graphs: Capture packing and unpacking as HPU graphs at the first call and replay them after
+        use_hpu_graphs: True: capture packing and unpacking as HPU graphs at the first call and replay them after
             (optimum-habana's default); they need the SDK's lazy mode (``PT_HPU_LAZY_MODE=1``) and gradients on the
-            HPU. False: both run as ordinary operations at every call.
+            HPU. False: both run as ordinary operations at every call. None (default): graphs where the SDK runs in
+            lazy mode, ordinary operations in eager mode.
 
     Raises:
         ConfigurationError: For a ``dtype`` other than float32 or bfloat16, or a ``use_hpu_graphs`` that is not a
@@ -71,18 +73,21 @@ class GradientFusion:
     """
 
     def __init__(
-        self, module: torch.nn.Module, dtype: torch.dtype = torch.float32, use_hpu_graphs: bool = True
+        self, module: torch.nn.Module, dtype: torch.dtype = torch.float32, use_hpu_graphs: bool | None = None
     ) -> None:
         if dtype not in _BUFFER_DTYPES:
             raise ConfigurationError(
                 f"buffer_dtype={dtype!r} is not accepted. Accepted: torch.float32 (sums as DDP computes them) or "
                 "torch.bfloat16 (half the traffic, as optimum-habana's fast_ddp)."
             )
-        if not isinstance(use_hpu_graphs, bool):
+        if use_hpu_graphs is not None and not isinstance(use_hpu_graphs, bool):
             raise ConfigurationError(
                 f"GradientFusion(use_hpu_graphs={use_hpu_graphs!r}) is not accepted. Accepted: True (pack and unpack "
-                "captured as HPU graphs, lazy mode) or False (run as ordinary operations)."
+                "captured as HPU graphs, lazy mode), False (run as ordinary operations) or None (graphs in lazy mode "
+                "only)."
             )
+        if use_hpu_graphs is None:
+            use_hpu_graphs = bool(sdk.core_module().is_lazy())
         self.module = module
         self.dtype = dtype
         self.use_hpu_graphs = use_hpu_graphs
@@ -305,14 +310,14 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
     and the optimizer then see the averaged gradients, as under DDP. Everything else (processes, rendezvous, HCCL,
     reductions, checkpointing) is :class:`HPUParallelStrategy`'s.
 
-    With ``use_hpu_graphs=True`` (the default, as optimum-habana's) and the SDK in lazy mode, the copies into and out
-    of the buffer are captured as two HPU graphs at the first weight update and replayed at the later ones. The
+    With HPU graphs (``use_hpu_graphs=True``, as optimum-habana's trainer; by default in lazy mode), the copies into
+    and out of the buffer are captured as two HPU graphs at the first weight update and replayed at the later ones. The
     graphs read and write the gradient tensors they captured, so before each backward pass a gradient that
     ``zero_grad()`` set to None (Lightning's default) gets its captured tensor back, zeroed: the backward pass then
     accumulates into it, as after ``zero_grad(set_to_none=False)``, which optimum-habana's trainer uses under
     fast_ddp for this reason. After the first weight update the strategy checks that both graphs were captured and
-    says so (rank zero, info). In eager mode, the SDK's default, HPU graphs cannot be created: the strategy warns and
-    packs as ordinary operations.
+    says so (rank zero, info). In eager mode, the SDK's default, HPU graphs cannot be created: by default the strategy
+    packs as ordinary operations there, and ``use_hpu_graphs=True`` is refused at set-up.
 
     Differences from DDP: buffers (batch-norm statistics) are broadcast once, not before every forward pass as DDP's
     ``broadcast_buffers=True`` does; communication does not overlap the backward pass; the parameters with a gradient
@@ -330,19 +335,20 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
         start_method: How Lightning starts the processes of this node.
         buffer_dtype: The fused buffer's dtype: ``torch.float32`` (default: the gradients DDP computes) or
             ``torch.bfloat16`` (optimum-habana's default: half the traffic, gradients rounded to bfloat16).
-        use_hpu_graphs: Capture packing and unpacking as HPU graphs and replay them (lazy mode; in eager mode a
-            warning, and they run as ordinary operations). False: ordinary operations at every weight update.
+        use_hpu_graphs: True: capture packing and unpacking as HPU graphs and replay them (lazy mode only; refused
+            at set-up in eager mode). False: ordinary operations at every weight update. None (default): graphs in
+            lazy mode, ordinary operations in eager mode.
 
     Raises:
         ConfigurationError: For DDP's own arguments, another ``buffer_dtype``, or a ``use_hpu_graphs`` that is not a
-            bool.
+            bool or None; at set-up, for ``use_hpu_graphs=True`` in eager mode.
         RuntimeError: After the first weight update, when graphs were asked for and not captured.
 
     Example:
         >>> import torch
         >>> from lightning.pytorch import Trainer
         >>> from lightning_accel.habana import HPUAccelerator, HPUFastDDPStrategy
-        >>> strategy = HPUFastDDPStrategy(parallel_devices=[torch.device("hpu")] * 2, use_hpu_graphs=True)
+        >>> strategy = HPUFastDDPStrategy(parallel_devices=[torch.device("hpu")] * 2)
         >>> trainer = Trainer(accelerator=HPUAccelerator(), strategy=strategy, devices=2)  # doctest: +SKIP
     """
 
@@ -359,7 +365,7 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
         timeout: timedelta | None = default_pg_timeout,
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         buffer_dtype: torch.dtype = torch.float32,
-        use_hpu_graphs: bool = True,
+        use_hpu_graphs: bool | None = None,
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -374,10 +380,11 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
                 f"HPUFastDDPStrategy(buffer_dtype={buffer_dtype!r}) is not accepted. Accepted: torch.float32 or "
                 "torch.bfloat16 (HCCL reduces both natively)."
             )
-        if not isinstance(use_hpu_graphs, bool):
+        if use_hpu_graphs is not None and not isinstance(use_hpu_graphs, bool):
             raise ConfigurationError(
                 f"HPUFastDDPStrategy(use_hpu_graphs={use_hpu_graphs!r}) is not accepted. Accepted: True (pack and "
-                "unpack captured as HPU graphs, lazy mode) or False (run as ordinary operations)."
+                "unpack captured as HPU graphs, lazy mode), False (run as ordinary operations) or None (graphs in "
+                "lazy mode only)."
             )
         super().__init__(
             accelerator=accelerator,
@@ -398,20 +405,19 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
     def configure_ddp(self) -> None:
         """Leave the model unwrapped; broadcast its parameters and buffers from rank 0 so every rank starts equal."""
         assert self.model is not None
+        graphs = self.use_hpu_graphs
+        lazy = bool(sdk.core_module().is_lazy())
+        if graphs and not lazy:
+            # Refused before the broadcast: before any collective, and before any step.
+            raise ConfigurationError(
+                "HPUFastDDPStrategy(use_hpu_graphs=True): the SDK runs in eager mode (PT_HPU_LAZY_MODE=0 or unset, "
+                "the default since SDK 1.21), and HPU graphs are created in lazy mode only. Set PT_HPU_LAZY_MODE=1 "
+                "before the process starts, or leave use_hpu_graphs unset (graphs in lazy mode only) or False."
+            )
         with torch.no_grad():
             for tensor in [*self.model.parameters(), *self.model.buffers()]:
                 torch.distributed.broadcast(tensor.data, src=0)
-        graphs = self.use_hpu_graphs
-        if graphs and not sdk.core_module().is_lazy():
-            rank_zero_warn(
-                "HPUFastDDPStrategy(use_hpu_graphs=True): the gradients are packed and unpacked as ordinary "
-                "operations, not HPU graphs, because the SDK runs in eager mode (PT_HPU_LAZY_MODE=0 or unset, the "
-                "default since SDK 1.21) and HPU graphs are created in lazy mode only. Set PT_HPU_LAZY_MODE=1 before "
-                "the process starts to use them, or pass use_hpu_graphs=False to say that ordinary operations are "
-                "meant.",
-                category=UserWarning,
-            )
-            graphs = False
+        graphs = lazy if graphs is None else graphs
         self.fusion = GradientFusion(self.model, self.buffer_dtype, use_hpu_graphs=graphs)
 
     @override
