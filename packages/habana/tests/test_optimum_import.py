@@ -174,7 +174,10 @@ MAPPED: dict[str, tuple[Any, dict[str, Any], Check]] = {
     "distribution_strategy": (
         "fast_ddp",
         {},
-        lambda r: r.strategy == ("fast_ddp", {"timeout": timedelta(seconds=1800), "buffer_dtype": "bfloat16"}),
+        lambda r: (
+            r.strategy
+            == ("fast_ddp", {"timeout": timedelta(seconds=1800), "buffer_dtype": "bfloat16", "use_hpu_graphs": True})
+        ),
     ),
     "context_parallel_size": (2, {}, lambda r: r.strategy[0] == "context_parallel"),
 }

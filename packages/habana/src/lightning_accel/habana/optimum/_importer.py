@@ -944,7 +944,12 @@ def _distribution(run: OptimumImport, a: Mapping[str, Any], deepspeed: bool) -> 
             "which fast_ddp does not build (optimum-habana drops them there without a word). Drop them, or use "
             "distribution_strategy='ddp'."
         )
-    run.strategy = ("fast_ddp", {"timeout": run.strategy[1]["timeout"], "buffer_dtype": "bfloat16"})
+    # optimum-habana's trainer calls all_reduce_gradients(model, use_hpu_graphs=True) whatever its other settings;
+    # HPU graphs exist in lazy mode only (SDK 1.24 refuses to create one in eager mode), so there they are left out.
+    run.strategy = (
+        "fast_ddp",
+        {"timeout": run.strategy[1]["timeout"], "buffer_dtype": "bfloat16", "use_hpu_graphs": run.lazy_mode},
+    )
 
 
 def _context_parallel(run: OptimumImport, a: Mapping[str, Any], deepspeed: bool) -> None:

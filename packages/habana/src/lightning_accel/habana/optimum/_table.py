@@ -395,10 +395,13 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
         _T,
         "distribution_strategy",
         "ddp",
-        "'ddp': HPUParallelStrategy; 'fast_ddp': HPUFastDDPStrategy(buffer_dtype=torch.bfloat16), no DDP wrapper, "
-        "the gradients averaged in one fused all-reduce",
-        "fast_ddp's buffer is bfloat16 as optimum-habana's; the DDP-only fields (ddp_find_unused_parameters, "
-        "ddp_bucket_cap_mb, ddp_broadcast_buffers) and fsdp / deepspeed are refused with it",
+        "'ddp': HPUParallelStrategy; 'fast_ddp': HPUFastDDPStrategy(buffer_dtype=torch.bfloat16, "
+        "use_hpu_graphs=use_lazy_mode), no DDP wrapper, the gradients averaged in one fused all-reduce, packed and "
+        "unpacked by two HPU graphs in lazy mode",
+        "fast_ddp's buffer is bfloat16 and its HPU graphs always on as optimum-habana's (whose trainer ignores "
+        "use_hpu_graphs_for_training there); off with use_lazy_mode=False or torch_compile, where graphs cannot be "
+        "created; the DDP-only fields (ddp_find_unused_parameters, ddp_bucket_cap_mb, ddp_broadcast_buffers) and "
+        "fsdp / deepspeed are refused with it",
     ),
     _m(
         _T,

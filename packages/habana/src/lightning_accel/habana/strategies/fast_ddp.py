@@ -3,23 +3,30 @@
 optimum-habana's fast DDP (``optimum.habana.distributed.all_reduce_gradients``) leaves the model unwrapped. Its
 parameters are broadcast from rank 0 once, before training; after the backward pass of each step that updates the
 weights, every gradient is divided by the world size and copied into one flat buffer, the buffer is all-reduced in
-one collective, and the sums are copied back into the gradients. No autograd hooks, no buckets, no reducer.
+one collective, and the sums are copied back into the gradients. No autograd hooks, no buckets, no reducer. With
+``use_hpu_graphs=True`` (its default, and its trainer's only setting; here the default in lazy mode) the copies
+into and out of the buffer are captured as two HPU graphs at the first call and replayed after; the trainer zeroes
+gradients with ``set_to_none=False`` under fast_ddp so that the captured gradient tensors stay the parameters'
+gradients.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import warnings
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, Literal
 
 import torch
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
 
+from .. import sdk
 from .parallel import HPUParallelStrategy
 
 __all__ = ["GradientFusion", "HPUFastDDPStrategy"]
@@ -34,30 +41,79 @@ class GradientFusion:
     a parameter whose gradient appears or disappears later is refused (optimum-habana's ``all_reduce_gradients``
     skips such a gradient without a word).
 
+    With ``use_hpu_graphs=True`` the first :meth:`all_reduce` captures the packing (each gradient divided by the world
+    size, cast to ``dtype`` and copied into the buffer) and the unpacking (the sums copied back into the gradients)
+    as two HPU graphs, as optimum-habana's ``all_reduce_gradients(use_hpu_graphs=True)`` does; later calls replay
+    them, with the all-reduce of the buffer (not captured) between them. A replay reads and writes the memory it
+    captured, so the gradients must stay the tensors of the first call: :meth:`prepare_backward`, called before each
+    backward pass, gives a parameter whose gradient was set to None (``zero_grad(set_to_none=True)``, torch's and
+    Lightning's default) its captured tensor back, zeroed, so that the backward pass accumulates into it. A gradient
+    that is another tensor anyway at :meth:`all_reduce` is copied into the captured one first (counted in
+    :attr:`gradient_copies`, warned once), never left unread.
+
     Args:
         module: The module whose gradients are reduced.
         dtype: The buffer's dtype: ``torch.float32`` (the sums DDP computes) or ``torch.bfloat16`` (half the
             traffic, optimum-habana's default; gradients are rounded to bfloat16 before they are summed).
+        use_hpu_graphs: True: capture packing and unpacking as HPU graphs at the first call and replay them after
+            (optimum-habana's default); they need the SDK's lazy mode (``PT_HPU_LAZY_MODE=1``) and gradients on the
+            HPU. False: both run as ordinary operations at every call. None (default): graphs where the SDK runs in
+            lazy mode, ordinary operations in eager mode.
+
+    Raises:
+        ConfigurationError: For a ``dtype`` other than float32 or bfloat16, or a ``use_hpu_graphs`` that is not a
+            bool; at the first :meth:`all_reduce` with ``use_hpu_graphs=True``, when the SDK runs in eager mode or a
+            gradient is not on the HPU.
 
     Example:
         >>> import torch
-        >>> fusion = GradientFusion(torch.nn.Linear(2, 2), dtype=torch.float32)
-        >>> fusion.reductions
-        0
+        >>> fusion = GradientFusion(torch.nn.Linear(2, 2), dtype=torch.float32, use_hpu_graphs=False)
+        >>> fusion.reductions, fusion.graph_captures, fusion.graph_replays
+        (0, 0, 0)
     """
 
-    def __init__(self, module: torch.nn.Module, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self, module: torch.nn.Module, dtype: torch.dtype = torch.float32, use_hpu_graphs: bool | None = None
+    ) -> None:
         if dtype not in _BUFFER_DTYPES:
             raise ConfigurationError(
                 f"buffer_dtype={dtype!r} is not accepted. Accepted: torch.float32 (sums as DDP computes them) or "
                 "torch.bfloat16 (half the traffic, as optimum-habana's fast_ddp)."
             )
+        if use_hpu_graphs is not None and not isinstance(use_hpu_graphs, bool):
+            raise ConfigurationError(
+                f"GradientFusion(use_hpu_graphs={use_hpu_graphs!r}) is not accepted. Accepted: True (pack and unpack "
+                "captured as HPU graphs, lazy mode), False (run as ordinary operations) or None (graphs in lazy mode "
+                "only)."
+            )
+        if use_hpu_graphs is None:
+            use_hpu_graphs = bool(sdk.core_module().is_lazy())
         self.module = module
         self.dtype = dtype
+        self.use_hpu_graphs = use_hpu_graphs
+        #: How many times the gradients were averaged.
         self.reductions = 0
+        #: HPU graphs captured: 2 (pack and unpack) once graphs are in use, 0 without.
+        self.graph_captures = 0
+        #: HPU graph replays: 2 per reduction after the first (whose capture ran the work).
+        self.graph_replays = 0
+        #: Gradients that were other tensors than the captured ones at a reduction, and were copied into them.
+        self.gradient_copies = 0
         self._names: dict[int, str] = {id(p): n for n, p in module.named_parameters()}
         self._entries: list[tuple[torch.nn.Parameter, Tensor]] | None = None
         self._buffer: Tensor | None = None
+        # Graph mode: the gradient tensors the graphs captured, their addresses, the graphs, the scale baked in.
+        self._grads: list[Tensor] | None = None
+        self._addresses: list[int] = []
+        self._graphs: tuple[Any, Any] | None = None
+        self._scale = 0.0
+        # Entries given their captured gradient back by prepare_backward: index -> version counter after zeroing.
+        self._attached: dict[int, int] = {}
+
+    @property
+    def graphs_captured(self) -> bool:
+        """Whether packing and unpacking run as captured HPU graphs (from the first reduction on)."""
+        return self._graphs is not None
 
     def _build(self) -> None:
         grads = [(p, p.grad) for p in self.module.parameters() if p.grad is not None]
@@ -67,11 +123,27 @@ class GradientFusion:
         self._entries = []
         if total == 0:
             return
+        if self.use_hpu_graphs:
+            self._check_graphs_can_engage([grad for _, grad in grads])
         self._buffer = torch.zeros(total, dtype=self.dtype, device=grads[0][1].device)
         offset = 0
         for p, grad in grads:
             self._entries.append((p, self._buffer[offset : offset + grad.numel()].view(grad.shape)))
             offset += grad.numel()
+
+    def _check_graphs_can_engage(self, grads: list[Tensor]) -> None:
+        elsewhere = sorted({str(g.device) for g in grads if g.device.type != sdk.DEVICE_TYPE})
+        if elsewhere:
+            raise ConfigurationError(
+                f"GradientFusion(use_hpu_graphs=True): gradients on {', '.join(elsewhere)}, and HPU graphs capture HPU "
+                "work only. Accepted: a module on the HPU, or use_hpu_graphs=False."
+            )
+        if not sdk.core_module().is_lazy():
+            raise ConfigurationError(
+                "GradientFusion(use_hpu_graphs=True): the SDK runs in eager mode (PT_HPU_LAZY_MODE=0 or unset, the "
+                "default since SDK 1.21), where HPU graphs cannot be created; they are captured from lazy-mode graphs. "
+                "Set PT_HPU_LAZY_MODE=1 before the process starts, or pass use_hpu_graphs=False."
+            )
 
     def _check_same_gradients(self) -> None:
         assert self._entries is not None
@@ -79,20 +151,102 @@ class GradientFusion:
         for name, p in self.module.named_parameters():
             if (p.grad is not None) != (id(p) in reduced):
                 now = "has a gradient now but had none" if p.grad is not None else "has no gradient now but had one"
+                raise RuntimeError(_changed_gradients(name, now))
+
+    def prepare_backward(self) -> None:
+        """Before a backward pass: give each parameter whose gradient is None its captured gradient back, zeroed.
+
+        Without graphs, or before the first reduction, nothing is done. The backward pass then accumulates into the
+        captured memory, as after ``zero_grad(set_to_none=False)``, which optimum-habana's trainer calls under
+        fast_ddp for this reason. A parameter given its gradient back that the backward pass then leaves untouched is
+        refused at :meth:`all_reduce`, as a gradient that disappears is.
+        """
+        if self._grads is None:
+            return
+        assert self._entries is not None
+        missing = [i for i, (p, _) in enumerate(self._entries) if p.grad is None]
+        if not missing:
+            return
+        torch._foreach_zero_([self._grads[i] for i in missing])
+        for i in missing:
+            grad = self._grads[i]
+            self._entries[i][0].grad = grad
+            self._attached[i] = grad._version
+
+    def _use_captured_gradients(self) -> None:
+        # A replay reads the gradients' memory of the capture: check every gradient is still that memory.
+        assert self._entries is not None and self._grads is not None
+        for i, (p, _) in enumerate(self._entries):
+            grad = p.grad
+            assert grad is not None  # _check_same_gradients ran
+            captured = self._grads[i]
+            name = self._names[id(p)]
+            if grad.data_ptr() == self._addresses[i]:
+                # Given back zeroed by prepare_backward and not written since: the backward pass produced none.
+                if self._attached.get(i) == captured._version:
+                    raise RuntimeError(_changed_gradients(name, "got no gradient in this weight update but had one"))
+                continue
+            if captured.data_ptr() != self._addresses[i]:
                 raise RuntimeError(
-                    f"fast_ddp: parameter {name!r} {now} at the first step. fast_ddp reduces the gradients of the "
-                    "parameters that had one at the first step, in one fixed buffer, so that set must not change "
-                    "(a frozen or unused parameter must stay so). Use HPUParallelStrategy(find_unused_parameters=True) "
-                    "for a model whose used parameters change between steps."
+                    f"fast_ddp: the storage of the gradient of parameter {name!r} was replaced (`.data = ...`) after "
+                    "the HPU graphs captured it; the graphs read and write the memory they captured. Replace a "
+                    "gradient by assigning `param.grad`, or use use_hpu_graphs=False."
                 )
+            if (grad.shape, grad.dtype, grad.device) != (captured.shape, captured.dtype, captured.device):
+                raise RuntimeError(
+                    f"fast_ddp: the gradient of parameter {name!r} is now {tuple(grad.shape)} {grad.dtype} on "
+                    f"{grad.device}, and the HPU graphs captured {tuple(captured.shape)} {captured.dtype} on "
+                    f"{captured.device}. The gradients must keep their shape, dtype and device."
+                )
+            if self.gradient_copies == 0:
+                warnings.warn(
+                    f"fast_ddp: the gradient of parameter {name!r} is a new tensor, not the one the HPU graphs "
+                    "captured (set to None by zero_grad() and then computed by a backward pass that did not call "
+                    "prepare_backward() first, or replaced). Such gradients are copied into the captured ones before "
+                    "the replay, one copy each. Call GradientFusion.prepare_backward() before each backward pass (the "
+                    "strategy does), or zero_grad(set_to_none=False), to avoid the copies.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            captured.copy_(grad)
+            p.grad = captured
+            self.gradient_copies += 1
+        self._attached.clear()
+
+    def _pack(self) -> None:
+        assert self._entries is not None
+        for p, view in self._entries:
+            # Divided before the sum, as DDP's reducer does: the result is the mean, in the buffer's precision.
+            view.copy_(_grad_of(p).to(self.dtype) * self._scale)
+
+    def _unpack(self) -> None:
+        assert self._entries is not None
+        for p, view in self._entries:
+            _grad_of(p).copy_(view)
+
+    def _capture(self, work: Callable[[], None]) -> Any:
+        hpu = sdk.hpu_module()
+        graph = hpu.HPUGraph()
+        # On a stream of its own, as optimum-habana captures (the bridge ends a capture on the stream it began on).
+        with hpu.stream(hpu.Stream()):
+            graph.capture_begin()
+            try:
+                work()
+            finally:
+                graph.capture_end()
+        self.graph_captures += 1
+        return graph
 
     def all_reduce(self, group: Any = None) -> None:
         """Average the gradients over ``group`` (the whole world by default), in place.
 
         Raises:
-            RuntimeError: When the parameters with a gradient differ from those of the first call.
+            RuntimeError: When the parameters with a gradient differ from those of the first call; with graphs, when
+                a gradient changed shape, dtype or device, or the group's size changed.
+            ConfigurationError: At the first call with graphs, when they cannot be used (see the class).
         """
-        if self._entries is None:
+        first = self._entries is None
+        if first:
             self._build()
         else:
             self._check_same_gradients()
@@ -101,18 +255,50 @@ class GradientFusion:
             return
         group = torch.distributed.group.WORLD if group is None else group
         scale = 1.0 / torch.distributed.get_world_size(group)
-        for p, view in self._entries:
-            grad = p.grad
-            assert grad is not None
-            # Divided before the sum, as DDP's reducer does: the result is the mean, in the buffer's precision.
-            view.copy_(grad.to(self.dtype) * scale)
         assert self._buffer is not None
-        torch.distributed.all_reduce(self._buffer, group=group)
-        for p, view in self._entries:
-            grad = p.grad
-            assert grad is not None
-            grad.copy_(view)
+        if not self.use_hpu_graphs:
+            self._scale = scale
+            self._pack()
+            torch.distributed.all_reduce(self._buffer, group=group)
+            self._unpack()
+        elif first:
+            self._scale = scale
+            self._grads = [_grad_of(p) for p, _ in self._entries]
+            self._addresses = [g.data_ptr() for g in self._grads]
+            # Each capture runs its work too (the bridge's capture_end marks a step, which launches it), so the
+            # first call does not replay what it captured; optimum-habana's replay right after is a repeat.
+            pack = self._capture(self._pack)
+            torch.distributed.all_reduce(self._buffer, group=group)
+            self._graphs = (pack, self._capture(self._unpack))
+        else:
+            assert self._graphs is not None
+            if scale != self._scale:
+                raise RuntimeError(
+                    f"fast_ddp: the group now has {round(1 / scale)} ranks and the HPU graphs divide by "
+                    f"{round(1 / self._scale)}, the size at their capture. Reduce over the group of the first call."
+                )
+            self._use_captured_gradients()
+            pack, unpack = self._graphs
+            pack.replay()
+            torch.distributed.all_reduce(self._buffer, group=group)
+            unpack.replay()
+            self.graph_replays += 2
         self.reductions += 1
+
+
+def _grad_of(param: torch.nn.Parameter) -> Tensor:
+    grad = param.grad
+    assert grad is not None  # the parameters of the buffer had a gradient at the first call
+    return grad
+
+
+def _changed_gradients(name: str, now: str) -> str:
+    return (
+        f"fast_ddp: parameter {name!r} {now} at the first step. fast_ddp reduces the gradients of the "
+        "parameters that had one at the first step, in one fixed buffer, so that set must not change "
+        "(a frozen or unused parameter must stay so). Use HPUParallelStrategy(find_unused_parameters=True) "
+        "for a model whose used parameters change between steps."
+    )
 
 
 class HPUFastDDPStrategy(HPUParallelStrategy):
@@ -123,6 +309,15 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
     averaged over the ranks through one flat buffer in one all-reduce (:class:`GradientFusion`). Gradient clipping
     and the optimizer then see the averaged gradients, as under DDP. Everything else (processes, rendezvous, HCCL,
     reductions, checkpointing) is :class:`HPUParallelStrategy`'s.
+
+    With HPU graphs (``use_hpu_graphs=True``, as optimum-habana's trainer; by default in lazy mode), the copies into
+    and out of the buffer are captured as two HPU graphs at the first weight update and replayed at the later ones. The
+    graphs read and write the gradient tensors they captured, so before each backward pass a gradient that
+    ``zero_grad()`` set to None (Lightning's default) gets its captured tensor back, zeroed: the backward pass then
+    accumulates into it, as after ``zero_grad(set_to_none=False)``, which optimum-habana's trainer uses under
+    fast_ddp for this reason. After the first weight update the strategy checks that both graphs were captured and
+    says so (rank zero, info). In eager mode, the SDK's default, HPU graphs cannot be created: by default the strategy
+    packs as ordinary operations there, and ``use_hpu_graphs=True`` is refused at set-up.
 
     Differences from DDP: buffers (batch-norm statistics) are broadcast once, not before every forward pass as DDP's
     ``broadcast_buffers=True`` does; communication does not overlap the backward pass; the parameters with a gradient
@@ -140,6 +335,14 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
         start_method: How Lightning starts the processes of this node.
         buffer_dtype: The fused buffer's dtype: ``torch.float32`` (default: the gradients DDP computes) or
             ``torch.bfloat16`` (optimum-habana's default: half the traffic, gradients rounded to bfloat16).
+        use_hpu_graphs: True: capture packing and unpacking as HPU graphs and replay them (lazy mode only; refused
+            at set-up in eager mode). False: ordinary operations at every weight update. None (default): graphs in
+            lazy mode, ordinary operations in eager mode.
+
+    Raises:
+        ConfigurationError: For DDP's own arguments, another ``buffer_dtype``, or a ``use_hpu_graphs`` that is not a
+            bool or None; at set-up, for ``use_hpu_graphs=True`` in eager mode.
+        RuntimeError: After the first weight update, when graphs were asked for and not captured.
 
     Example:
         >>> import torch
@@ -162,6 +365,7 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
         timeout: timedelta | None = default_pg_timeout,
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         buffer_dtype: torch.dtype = torch.float32,
+        use_hpu_graphs: bool | None = None,
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -169,12 +373,18 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
                 f"HPUFastDDPStrategy: {', '.join(sorted(kwargs))} not accepted: these are arguments of "
                 "DistributedDataParallel, which fast_ddp does not build. Accepted: accelerator, parallel_devices, "
                 "cluster_environment, checkpoint_io, precision_plugin, process_group_backend, timeout, start_method, "
-                "buffer_dtype. For DDP's options use HPUParallelStrategy."
+                "buffer_dtype, use_hpu_graphs. For DDP's options use HPUParallelStrategy."
             )
         if buffer_dtype not in _BUFFER_DTYPES:
             raise ConfigurationError(
                 f"HPUFastDDPStrategy(buffer_dtype={buffer_dtype!r}) is not accepted. Accepted: torch.float32 or "
                 "torch.bfloat16 (HCCL reduces both natively)."
+            )
+        if use_hpu_graphs is not None and not isinstance(use_hpu_graphs, bool):
+            raise ConfigurationError(
+                f"HPUFastDDPStrategy(use_hpu_graphs={use_hpu_graphs!r}) is not accepted. Accepted: True (pack and "
+                "unpack captured as HPU graphs, lazy mode), False (run as ordinary operations) or None (graphs in "
+                "lazy mode only)."
             )
         super().__init__(
             accelerator=accelerator,
@@ -187,6 +397,7 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
             start_method=start_method,
         )
         self.buffer_dtype = buffer_dtype
+        self.use_hpu_graphs = use_hpu_graphs
         self.fusion: GradientFusion | None = None
         self._accumulating = False
 
@@ -194,10 +405,20 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
     def configure_ddp(self) -> None:
         """Leave the model unwrapped; broadcast its parameters and buffers from rank 0 so every rank starts equal."""
         assert self.model is not None
+        graphs = self.use_hpu_graphs
+        lazy = bool(sdk.core_module().is_lazy())
+        if graphs and not lazy:
+            # Refused before the broadcast: before any collective, and before any step.
+            raise ConfigurationError(
+                "HPUFastDDPStrategy(use_hpu_graphs=True): the SDK runs in eager mode (PT_HPU_LAZY_MODE=0 or unset, "
+                "the default since SDK 1.21), and HPU graphs are created in lazy mode only. Set PT_HPU_LAZY_MODE=1 "
+                "before the process starts, or leave use_hpu_graphs unset (graphs in lazy mode only) or False."
+            )
         with torch.no_grad():
             for tensor in [*self.model.parameters(), *self.model.buffers()]:
                 torch.distributed.broadcast(tensor.data, src=0)
-        self.fusion = GradientFusion(self.model, self.buffer_dtype)
+        graphs = lazy if graphs is None else graphs
+        self.fusion = GradientFusion(self.model, self.buffer_dtype, use_hpu_graphs=graphs)
 
     @override
     @contextmanager
@@ -211,16 +432,53 @@ class HPUFastDDPStrategy(HPUParallelStrategy):
             self._accumulating = previous
 
     @override
+    def pre_backward(self, closure_loss: Tensor) -> None:
+        """With HPU graphs, give gradients set to None their captured tensors back (GradientFusion.prepare_backward)."""
+        super().pre_backward(closure_loss)
+        if self.fusion is not None:
+            self.fusion.prepare_backward()
+
+    @override
     def post_backward(self, closure_loss: Tensor) -> None:
         """Average the gradients over the ranks, except inside gradient accumulation."""
         super().post_backward(closure_loss)
-        if self.fusion is not None and not self._accumulating:
-            self.fusion.all_reduce()
+        if self.fusion is None or self._accumulating:
+            return
+        self.fusion.all_reduce()
+        if self.fusion.use_hpu_graphs and self.fusion.reductions == 1:
+            self._report_graphs(self.fusion)
+
+    @staticmethod
+    def _report_graphs(fusion: GradientFusion) -> None:
+        # Nothing silently does nothing: after the first weight update, graphs asked for are there or it says why.
+        assert fusion._entries is not None
+        if not fusion._entries:
+            rank_zero_warn(
+                "HPUFastDDPStrategy(use_hpu_graphs=True): no parameter had a gradient at the first weight update, so "
+                "nothing is reduced and no HPU graph was captured.",
+                category=UserWarning,
+            )
+            return
+        if not fusion.graphs_captured or fusion.graph_captures != 2:
+            raise RuntimeError(
+                f"HPUFastDDPStrategy(use_hpu_graphs=True): after the first weight update {fusion.graph_captures} HPU "
+                "graphs were captured, and packing and unpacking need 2. This is a bug: please report it."
+            )
+        numel = sum(view.numel() for _, view in fusion._entries)
+        rank_zero_info(
+            f"fast_ddp: packing and unpacking {len(fusion._entries)} gradients ({numel} elements, "
+            f"{fusion.dtype}) captured as 2 HPU graphs, replayed at every later weight update."
+        )
 
     @property
     def gradient_reductions(self) -> int:
         """How many times the gradients were averaged over the ranks (once per weight update)."""
         return 0 if self.fusion is None else self.fusion.reductions
+
+    @property
+    def hpu_graphs(self) -> bool:
+        """Whether packing and unpacking run as captured HPU graphs (from the first weight update on)."""
+        return self.fusion is not None and self.fusion.graphs_captured
 
     @classmethod
     @override
