@@ -26,6 +26,8 @@ from typing import Any, Iterable
 
 import torch
 
+from .device_optimizers import VELOCITY
+
 # poptorch.optim's own names; the state helpers below serve the emulated executor.
 __all__ = ["LAMB", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop", "VariableAttributes", "logger"]
 
@@ -508,7 +510,8 @@ class TensorFlowRMSprop(torch.optim.Optimizer):
                     state["square_avg"] = torch.ones_like(param)
                     if group["centered"]:
                         state["grad_avg"] = torch.zeros_like(param)
-                    if momentum:
+                    if momentum or group.get(VELOCITY):
+                        # PopART keeps the momentum of a variable momentum, even at 0 (device_optimizers.py).
                         state["momentum_buffer"] = torch.zeros_like(param)
                 state["square_avg"].mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
                 variance = state["square_avg"]
