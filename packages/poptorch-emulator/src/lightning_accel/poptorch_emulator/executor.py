@@ -673,7 +673,7 @@ class PoplarExecutor:
             mean=training.accumulation_and_replication_reduction_type == ReductionType.Mean,
             post=training.meanAccumulationAndReplicationReductionStrategy == MeanReductionStrategy.Post,
         )
-        # poptorch asserts that every group has the same centered (_optimizer_attributes.py:325-330).
+        # poptorch asserts that every group has the same centered (_optimizer_attributes.py:333-338).
         centered = bool(self._optimizer.param_groups[0].get("centered", False))
         return optimizer_state.Layout(values["kind"], values["attributes"], centered, session)
 

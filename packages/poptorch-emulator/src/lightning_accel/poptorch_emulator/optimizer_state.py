@@ -12,9 +12,9 @@ poptorch's ``optimizer.state_dict()`` of a compiled training model holds two dic
   ``<scalar>___specific___<weight>`` for a weight poptorch put in a parameter group and ``<scalar>___default___FLOAT``
   for any other (``CompoundScalarHelper::getScalarId``, ``willow/src/compoundscalarhelper.cpp:76-82``; poptorch gives
   every grouped weight its group's values, ``popart_compiler/source/CompilerImpl.cpp:791-809``), plus
-  ``lossScaling_FLOAT`` when the loss scaling is not constant (``ir.cpp:511-521``; a constant one becomes a constant
+  ``lossScaling_FLOAT`` when the loss scaling is not constant (``ir.cpp:510-521``; a constant one becomes a constant
   of the backward pass instead, ``transforms/autodiff/gradgrowerloss.cpp:42-50``). An input no operation reads after
-  the optimizer patterns ran is removed with the other isolated tensors (``ir.cpp:1453-1456``,
+  the optimizer patterns ran is removed with the other isolated tensors (``ir.cpp:1453-1461``,
   ``tensors.cpp:68-96``): PopART's Adam and RMSprop read their loss scaling only through the gradient scaling.
 
 Both are ordered by name, as PopART lists them (``Tensors::getOfType``, ``tensors.cpp:98-108``).
