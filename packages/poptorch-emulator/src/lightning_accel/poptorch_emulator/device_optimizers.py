@@ -45,7 +45,7 @@ class DeviceSGD(torch.optim.SGD):
         >>> opt = DeviceSGD([{"params": [w], VELOCITY: True}], lr=0.1, momentum=0.0)
         >>> w.grad = torch.full((1,), 2.0)
         >>> opt.step()
-        >>> float(w), float(opt.state[w]["momentum_buffer"])
+        >>> float(w.detach()), float(opt.state[w]["momentum_buffer"])
         (0.800000011920929, 2.0)
     """
 
