@@ -268,6 +268,15 @@ def test_weights_in_no_group_take_the_default_inputs(train: Any) -> None:
     }
 
 
+def test_a_frozen_weight_has_no_state_and_no_inputs(train: Any) -> None:
+    net = Net()
+    net.lin.bias.requires_grad_(False)
+    _, optimizer, _ = train(CASES["Adam"][0], net=net)
+    state = optimizer.state_dict()
+    assert not [name for name in (*state["ipu_state"], *state["ipu_param"]) if name.endswith("lin.bias")]
+    assert "Accl1___lin.weight" in state["ipu_state"]
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c != "SGD"])
 def test_every_state_tensor_changes_with_a_step(train: Any, case: str) -> None:
     executor, optimizer, _ = train(CASES[case][0])

@@ -690,7 +690,11 @@ class PoplarExecutor:
         return [*grouped, (dict(values["defaults"]), False)]
 
     def _popart_weights(self) -> list[optimizer_state.Weight]:
-        """The weights PopART's optimizer updates: the trainable ones of the device optimizer, by name."""
+        """The weights PopART's optimizer updates: the trainable ones of the device optimizer, by name.
+
+        poptorch detaches a weight that does not require grad (``poptorch/source/AddDetachOperations.cpp:15-37``):
+        PopART then has no gradient for it, so no update, no state and no inputs.
+        """
         assert self._device_optimizer is not None
         names = {id(tensor): name for name, tensor in self._device_state.items()}
         weights = []
