@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from lightning_accel.core.errors import ConfigurationError
 from lightning_accel.core.pycompat import strict_zip
 from lightning_accel.graphcore import IPUAccelerator, IPUPrecision, IPUStrategy
+from lightning_accel.graphcore.sdk import poptorch
 
 
 def make_trainer(tmp_path: Path, devices: int = 1, strategy: IPUStrategy | None = None, **kwargs: Any) -> Trainer:
@@ -219,6 +220,57 @@ def test_optimizer_state_is_checkpointed(tmp_path: Path) -> None:
     _, resumed = run(max_epochs=2, ckpt_path=path)
     for a, b in strict_zip(resumed.parameters(), straight.parameters()):
         torch.testing.assert_close(a, b)
+
+
+def _as_the_older_emulator_wrote_it(path: Path, velocity_scaling: float) -> Path:
+    """The checkpoint in the format of lightning-accel's emulator before issue 47: SGD's inputs under Adam's names
+    (learningRate___specific___*) and its velocity without the velocity scaling."""
+    checkpoint = torch.load(path, weights_only=False)
+    state = checkpoint["optimizer_states"][0]
+    weights = sorted(name.split("___", 1)[1] for name in state["ipu_state"])
+    state["ipu_param"] = {
+        **{f"learningRate___specific___{weight}": torch.tensor(0.01) for weight in weights},
+        **{f"weightDecay___specific___{weight}": torch.tensor(0.0) for weight in weights},
+        "lossScaling_FLOAT": torch.tensor(velocity_scaling),
+    }
+    state["ipu_state"] = {name: value / velocity_scaling for name, value in state["ipu_state"].items()}
+    older = path.with_name("older.ckpt")
+    torch.save(checkpoint, older)
+    return older
+
+
+def _fit_sgd(tmp_path: Path, max_epochs: int, ckpt_path: Path | None = None, **sgd: Any) -> tuple[Trainer, Ordered]:
+    class WithMomentum(Ordered):
+        def configure_optimizers(self) -> Any:
+            return poptorch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9, **sgd)
+
+    torch.manual_seed(0)
+    model = WithMomentum(rows=64)
+    trainer = make_trainer(tmp_path, limit_train_batches=3, max_epochs=max_epochs)
+    trainer.fit(model, ckpt_path=ckpt_path)
+    return trainer, model
+
+
+def test_an_sgd_checkpoint_of_the_older_emulator_resumes_converted(tmp_path: Path) -> None:
+    # The separate variant's velocity carries the velocity scaling, which poptorch sets to the loss scaling.
+    trainer, _ = _fit_sgd(tmp_path, max_epochs=1, loss_scaling=4.0)
+    path = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(path)
+    older = _as_the_older_emulator_wrote_it(path, velocity_scaling=4.0)
+    _, straight = _fit_sgd(tmp_path, max_epochs=2, loss_scaling=4.0)
+    with pytest.warns(UserWarning, match=r"written by an older lightning-accel IPU emulator: its velocities were"):
+        _, resumed = _fit_sgd(tmp_path, max_epochs=2, ckpt_path=older, loss_scaling=4.0)
+    for a, b in strict_zip(resumed.parameters(), straight.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_combined_sgd_checkpoint_of_the_older_emulator_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    trainer, _ = _fit_sgd(tmp_path, max_epochs=1, use_combined_accum=True)
+    path = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(path)
+    older = _as_the_older_emulator_wrote_it(path, velocity_scaling=1.0)
+    with pytest.raises(ConfigurationError, match=r"delete 'ipu_state' and 'ipu_param' from checkpoint\['optimizer_st"):
+        _fit_sgd(tmp_path, max_epochs=2, ckpt_path=older, use_combined_accum=True)
 
 
 def test_validate_test_predict_see_every_sample(tmp_path: Path) -> None:

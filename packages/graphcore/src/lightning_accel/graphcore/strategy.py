@@ -23,6 +23,7 @@ from typing_extensions import override
 from lightning_accel.core.errors import ConfigurationError
 
 from . import sdk
+from ._checkpoint_state import upgrade_older_emulator_state
 from ._dataloaders import to_poptorch_loader
 from ._device_options import device_optimizer, resolve_options, sync_hyperparameters
 from ._host_optimizer import install_parameterless_zero_grad, remove_parameterless_zero_grad
@@ -871,7 +872,7 @@ class IPUStrategy(ParallelStrategy):
             self._build_device_optimizer()
         state = states[0]
         if not host_state:
-            self._device_optimizer.load_state_dict(state)
+            self._device_optimizer.load_state_dict(upgrade_older_emulator_state(dict(state), self._device_optimizer))
             return
         if state.get("state"):
             rank_zero_warn(

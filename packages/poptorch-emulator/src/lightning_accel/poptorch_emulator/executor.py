@@ -36,7 +36,7 @@ import datetime
 import inspect
 import logging
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -44,16 +44,17 @@ import torch
 from lightning_accel.core.pycompat import strict_zip
 
 from . import automatic_loss_scaling as als
-from . import device, report
+from . import device, optimizer_state, report
+from .device_optimizers import VELOCITY, DeviceRMSprop, DeviceSGD
 from .enums import CommGroupType, ConnectionType, MeanReductionStrategy, OutputMode, ReductionType
 from .errors import Error
 from .execution import ShardedExecution
 from .ipu_tensors import move_model_to_ipu
 from .left_out import left_out
 from .lowering import message as poptorch_message
-from .optim import LAMB, SGD, TensorFlowRMSprop, from_ipu_state, to_ipu_state
+from .optim import LAMB, SGD, TensorFlowRMSprop
 from .optim import Optimizer as PoptorchOptimizer
-from .optimizer_values import OptimizerValues, check_replacement, kind_of, optimizer_values
+from .optimizer_values import OptimizerValues, Pair, check_replacement, kind_of, optimizer_values
 from .options import Options
 from .program import Program, trace
 from .structures import flatten, get_custom_parser, unflatten
@@ -266,6 +267,8 @@ class PoplarExecutor:
         self._rng_state: list[int] | None = None
         self._device_generator_state: torch.Tensor | None = None
         self._device_optimizer: torch.optim.Optimizer | None = None
+        # PopART's host copies of its optimizer inputs, which poptorch reads into ipu_param (optimizer_state.py).
+        self._optimizer_inputs: dict[str, torch.Tensor] = {}
         if training:
             # poptorch swaps the class of every buffer of a training model for its own wrapper and refuses any other
             # class than torch.Tensor (_poplar_executor.py:375-383).
@@ -455,8 +458,8 @@ class PoplarExecutor:
                 if source is not None:
                     tensor.copy_(source)
         if isinstance(self._optimizer, PoptorchOptimizer) and self._device_optimizer is not None:
-            # poptorch reads the device's optimizer state into ipu_state (readOptimizerState, poptorch.cpp:960-990).
-            self._optimizer._state_dict = self._read_ipu_state(self._optimizer, self._device_optimizer)
+            # poptorch reads the device's optimizer state into ipu_state (readOptimizerState, poptorch.cpp:959-990).
+            self._optimizer._state_dict = self._read_ipu_state()
             self._optimizer.ipu_state_is_dirty = False
             self._optimizer.host_state_is_dirty = False
 
@@ -551,24 +554,43 @@ class PoplarExecutor:
             if param.requires_grad and id(param) not in grouped
         ]
 
-    def _named_device_params(self) -> list[tuple[str, torch.Tensor]]:
-        assert self._device_optimizer is not None
-        names = {id(tensor): name for name, tensor in self._device_state.items()}
-        return [(names[id(p)], p) for group in self._device_optimizer.param_groups for p in group["params"]]
-
     def _write_optimizer_state_if_needed(self) -> None:
-        """Write a loaded ``ipu_state`` (a checkpoint's) to the device optimizer (poptorch's line 1268)."""
+        """Write a loaded ``ipu_state`` and ``ipu_param`` (a checkpoint's) to the device (poptorch's line 1268)."""
         host = self._optimizer
         if isinstance(host, PoptorchOptimizer) and host.ipu_state_is_dirty and self._device_optimizer is not None:
             if host.has_state():
-                state = dict(host._state_dict["ipu_state"])
-                factor = state.pop(als.UPDATE_FACTOR, None)
-                if factor is not None and self._automatic_loss_scaling:
-                    self._loss_scale_update_factor = float(factor)
-                elif factor is not None:
-                    state[als.UPDATE_FACTOR] = factor  # PopART has no such tensor: reported as unused
-                from_ipu_state(host, self._device_optimizer, self._named_device_params(), state)
+                self._write_ipu_state(host._state_dict["ipu_state"], host._state_dict["ipu_param"])
             host.ipu_state_is_dirty = False
+
+    def _write_ipu_state(self, ipu_state: Any, ipu_param: Any) -> None:
+        """Write as poptorch's ``writeOptimizerState`` does (``python/poptorch.cpp:992-1035``).
+
+        The state goes to the device, the inputs to PopART's host copies; a name the model lacks is ignored, one the
+        dictionary lacks keeps its value.
+
+        Raises:
+            Error: For a dictionary that is not one, or an entry that cannot stand for its tensor.
+        """
+        assert self._device_optimizer is not None
+        for key, value in (("ipu_state", ipu_state), ("ipu_param", ipu_param)):
+            if not isinstance(value, Mapping):
+                raise Error(
+                    f"The optimizer state's {key} must be a dict of tensors by name, got {type(value).__name__}."
+                )
+        state = dict(ipu_state)
+        factor = state.pop(als.UPDATE_FACTOR, None)
+        if self._automatic_loss_scaling:
+            if factor is None:
+                log.warning("writeOptimizerState: ignoring missing state %s", als.UPDATE_FACTOR)
+            else:
+                self._loss_scale_update_factor = float(factor)
+        elif factor is not None:
+            state[als.UPDATE_FACTOR] = factor  # PopART has no such tensor: reported as unused
+        weights = self._popart_weights()
+        unused = optimizer_state.write_state(self._layout(), weights, self._device_optimizer.state, state)
+        if unused:
+            log.warning("Optimizer state tensors not used by the model: %s", unused)
+        self._optimizer_inputs = optimizer_state.write_inputs(self._optimizer_inputs, ipu_param)
 
     @staticmethod
     def _device_group(source: dict[str, Any]) -> dict[str, Any]:
@@ -587,6 +609,10 @@ class PoplarExecutor:
         ungrouped = self._ungrouped_params(optimizer)
         if ungrouped:
             groups.append({**self._device_group(optimizer.defaults), "params": ungrouped})
+        layout = self._layout()
+        for group, (hyper, _) in zip(groups, self._group_hyper()):
+            if optimizer_state.keeps_velocity(layout, hyper):
+                group[VELOCITY] = True
         kind = kind_of(optimizer)
         if kind == "LAMB":
             device_optimizer: torch.optim.Optimizer = LAMB(
@@ -594,24 +620,26 @@ class PoplarExecutor:
             )
         else:
             torch_kind = {
-                "SGD": torch.optim.SGD,
+                "SGD": DeviceSGD,
                 "Adam": torch.optim.Adam,
                 "AdamW": torch.optim.AdamW,
-                "RMSprop": torch.optim.RMSprop,
+                "RMSprop": DeviceRMSprop,
             }[str(kind)]
             if kind == "RMSprop" and getattr(optimizer, "use_tf_variant", False):
                 torch_kind = TensorFlowRMSprop
             device_optimizer = torch_kind(groups)
         self._device_optimizer = device_optimizer
         if isinstance(optimizer, PoptorchOptimizer):
+            # PopART refills its optimizer inputs from the optimizer at every attach (popx/devicex.cpp:1585-1590).
+            self._optimizer_inputs = optimizer_state.optimizer_inputs(layout, self._popart_weights())
             if optimizer.has_state():
                 optimizer.ipu_state_is_dirty = True
                 self._write_optimizer_state_if_needed()
-            else:
+            elif self._options.connection_type != ConnectionType.Never:
                 # Attached without a state to write: state_dict() reads the device's (_on_device_attach,
-                # _poplar_executor.py:421-430). torch creates its state at the first step, so ipu_state is empty
-                # until then; PopART's holds the initial values.
-                optimizer._state_dict = self._read_ipu_state(optimizer, device_optimizer)
+                # _poplar_executor.py:421-430), PopART's initial values until the first step. An offline
+                # compilation attaches to nothing, so the state stays None (tests/optimizers_test.py:1316-1330).
+                optimizer._state_dict = self._read_ipu_state()
                 optimizer.ipu_state_is_dirty = False
                 optimizer.host_state_is_dirty = False
         else:
@@ -621,12 +649,60 @@ class PoplarExecutor:
     def _automatic_loss_scaling(self) -> bool:
         return bool(self._options._Popart.options.get("automaticLossScalingSettings.enabled", False))
 
-    def _read_ipu_state(self, host: Any, device_optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The device's optimizer state as poptorch reads it, with automatic loss scaling's factor when it is on."""
-        state = to_ipu_state(host, device_optimizer, self._named_device_params())
+    def _read_ipu_state(self) -> dict[str, Any]:
+        """``ipu_state`` and ``ipu_param`` as poptorch reads them (``readOptimizerState``, ``poptorch.cpp:959-990``).
+
+        With automatic loss scaling, ``ipu_state`` also holds its factor.
+        """
+        assert self._device_optimizer is not None
+        state = optimizer_state.read_state(self._layout(), self._popart_weights(), self._device_optimizer.state)
         if self._automatic_loss_scaling:
-            state["ipu_state"][als.UPDATE_FACTOR] = torch.tensor(self._loss_scale_update_factor)
-        return state
+            state[als.UPDATE_FACTOR] = torch.tensor(self._loss_scale_update_factor)
+        inputs = {name: value.clone() for name, value in self._optimizer_inputs.items()}
+        return {"ipu_state": state, "ipu_param": inputs}
+
+    def _layout(self) -> optimizer_state.Layout:
+        """What decides PopART's optimizer: the optimizer poptorch converted last, and the session options."""
+        values = self._optimizer_values
+        assert values is not None and self._optimizer is not None
+        opts = self._options
+        training = opts.Training
+        session = optimizer_state.Session(
+            replicas=opts.replication_factor,
+            accumulation=training.gradient_accumulation,
+            mean=training.accumulation_and_replication_reduction_type == ReductionType.Mean,
+            post=training.meanAccumulationAndReplicationReductionStrategy == MeanReductionStrategy.Post,
+        )
+        # poptorch asserts that every group has the same centered (_optimizer_attributes.py:333-338).
+        centered = bool(self._optimizer.param_groups[0].get("centered", False))
+        return optimizer_state.Layout(values["kind"], values["attributes"], centered, session)
+
+    def _group_hyper(self) -> list[tuple[dict[str, Pair], bool]]:
+        """Per device parameter group: its ``(value, is_const)`` pairs with the loss scaling, and whether it is grouped.
+
+        PopART holds values specific to the weights of the optimizer's groups, and its defaults for the weights no
+        group holds (the device optimizer's last group).
+        """
+        values = self._optimizer_values
+        assert values is not None
+        loss_scaling = {"loss_scaling": values["defaults"]["loss_scaling"]}
+        grouped = [({**pairs, **loss_scaling}, True) for pairs in values["groups"]]
+        return [*grouped, (dict(values["defaults"]), False)]
+
+    def _popart_weights(self) -> list[optimizer_state.Weight]:
+        """The weights PopART's optimizer updates: the trainable ones of the device optimizer, by name.
+
+        poptorch detaches a weight that does not require grad (``poptorch/source/AddDetachOperations.cpp:15-37``):
+        PopART then has no gradient for it, so no update, no state and no inputs.
+        """
+        assert self._device_optimizer is not None
+        names = {id(tensor): name for name, tensor in self._device_state.items()}
+        weights = []
+        for group, (hyper, specific) in zip(self._device_optimizer.param_groups, self._group_hyper()):
+            for param in group["params"]:
+                if param.requires_grad:
+                    weights.append(optimizer_state.Weight(names[id(param)], param, hyper, specific))
+        return weights
 
     @staticmethod
     def _copy_optimizer_state(host: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
@@ -652,11 +728,15 @@ class PoplarExecutor:
         if self.isCompiled() and self._device_optimizer is not None:
             assert self._compiled_optimizer_values is not None
             check_replacement(self._compiled_optimizer_values, values)
-        previous = self._optimizer
+        previous, previous_values = self._optimizer, self._optimizer_values
         self._optimizer = optimizer
         self._optimizer_values = values
         if not self.isCompiled() or self._device_optimizer is None:
             return
+        if values != previous_values and isinstance(optimizer, PoptorchOptimizer):
+            # poptorch updates PopART's optimizer when its conversion changed (_poplar_executor.py:660-668), which
+            # refills the optimizer inputs (session.cpp:1007-1023).
+            self._optimizer_inputs = optimizer_state.optimizer_inputs(self._layout(), self._popart_weights())
         if optimizer is not previous and isinstance(optimizer, PoptorchOptimizer) and optimizer.has_state():
             # A new poptorch optimizer's own state is written to the device (_poplar_executor.py:646-649).
             optimizer.ipu_state_is_dirty = True
@@ -665,6 +745,9 @@ class PoplarExecutor:
             device_group.update(self._device_group(group))
         if len(self._device_optimizer.param_groups) > len(optimizer.param_groups):
             self._device_optimizer.param_groups[-1].update(self._device_group(optimizer.defaults))
+        if isinstance(optimizer, PoptorchOptimizer) and optimizer.has_state() and not optimizer.ipu_state_is_dirty:
+            # The host copy follows the device, as the emulator's copies do after every run.
+            optimizer._state_dict = self._read_ipu_state()
 
     # -- attach / detach -------------------------------------------------------------------------------------
 

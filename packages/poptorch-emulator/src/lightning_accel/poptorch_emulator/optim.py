@@ -13,8 +13,8 @@ SGD's ``velocity_scaling`` and ``use_combined_accum``, AdamW's and LAMB's ``bias
 
 Their state dictionary is poptorch's (``optim.py:67-105``): the optimizer state lives on the device, so
 ``state_dict()`` returns ``{"ipu_state", "ipu_param", "state", "param_groups"}``, where ``ipu_state`` holds the
-device's state tensors by PopART's names (:func:`state_prefixes`) and ``ipu_param`` its hyper-parameter tensors,
-both ``None`` until the optimizer has run on a device. ``load_state_dict`` without the ``ipu_*`` keys raises, as
+device's state tensors by PopART's names and ``ipu_param`` its optimizer inputs (see :mod:`.optimizer_state`),
+both ``None`` until the model is compiled and attached. ``load_state_dict`` without the ``ipu_*`` keys raises, as
 poptorch does.
 """
 
@@ -26,7 +26,9 @@ from typing import Any, Iterable
 
 import torch
 
-# poptorch.optim's own names; the state helpers below serve the emulated executor.
+from .device_optimizers import VELOCITY
+
+# poptorch.optim's own names; TensorFlowRMSprop and check_max_grad_norm serve the emulated executor.
 __all__ = ["LAMB", "SGD", "Adam", "AdamW", "Optimizer", "RMSprop", "VariableAttributes", "logger"]
 
 logger = logging.getLogger("poptorch")
@@ -508,7 +510,8 @@ class TensorFlowRMSprop(torch.optim.Optimizer):
                     state["square_avg"] = torch.ones_like(param)
                     if group["centered"]:
                         state["grad_avg"] = torch.zeros_like(param)
-                    if momentum:
+                    if momentum or group.get(VELOCITY):
+                        # PopART keeps the momentum of a variable momentum, even at 0 (device_optimizers.py).
                         state["momentum_buffer"] = torch.zeros_like(param)
                 state["square_avg"].mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
                 variance = state["square_avg"]
@@ -522,79 +525,6 @@ class TensorFlowRMSprop(torch.optim.Optimizer):
                 else:
                     param.add_(update, alpha=-lr)
         return loss
-
-
-# PopART's state tensor names: "<prefix>___<weight name>" (popart tensornames.hpp), per optimizer kind and torch
-# state key. SGD's velocity is Accl1 in the separate variant (poptorch's default, sgd2decompose.cpp) and Accl in
-# the combined one (SGD1); RMSprop keeps the squared average in Accl1, the centred average in Accl2 and the
-# momentum in Accl3, without a step counter (adaptivedecompose.cpp); Adam and LAMB keep moments and a step.
-_ADAM_NAMES = {"exp_avg": "Accl1", "exp_avg_sq": "Accl2", "step": "Step"}
-_RMSPROP_NAMES = {"square_avg": "Accl1", "grad_avg": "Accl2", "momentum_buffer": "Accl3"}
-
-
-def state_prefixes(optimizer: Any) -> dict[str, str]:
-    """PopART's name prefix of each torch state entry of a device optimizer like ``optimizer``.
-
-    Example:
-        >>> state_prefixes(SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1, momentum=0.9))
-        {'momentum_buffer': 'Accl1'}
-    """
-    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW, LAMB)):
-        return dict(_ADAM_NAMES)
-    if isinstance(optimizer, torch.optim.RMSprop):
-        return dict(_RMSPROP_NAMES)
-    if isinstance(optimizer, torch.optim.SGD):
-        return {"momentum_buffer": "Accl" if getattr(optimizer, "use_combined_accum", False) else "Accl1"}
-    raise TypeError(f"Unsupported optimizer type {type(optimizer).__name__}.")
-
-
-def to_ipu_state(
-    host: Any, device: torch.optim.Optimizer, named_params: list[tuple[str, torch.Tensor]]
-) -> dict[str, dict[str, torch.Tensor]]:
-    """``ipu_state`` and ``ipu_param`` of the ``device`` optimizer (for ``host``) whose parameters are ``named``."""
-    names = state_prefixes(host)
-    state: dict[str, torch.Tensor] = {}
-    params: dict[str, torch.Tensor] = {"lossScaling_FLOAT": torch.tensor(float(getattr(host, "loss_scaling", 1.0)))}
-    group_of = {id(p): group for group in device.param_groups for p in group["params"]}
-    for name, param in named_params:
-        for key, value in device.state.get(param, {}).items():
-            # torch 2.0's SGD keeps a ``None`` momentum buffer when momentum is 0: PopART has no such tensor.
-            if key in names and value is not None:
-                tensor = value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
-                state[f"{names[key]}___{name}"] = tensor.detach().clone()
-        group = group_of[id(param)]
-        params[f"learningRate___specific___{name}"] = torch.tensor(float(group["lr"]))
-        params[f"weightDecay___specific___{name}"] = torch.tensor(float(group.get("weight_decay", 0.0)))
-    return {"ipu_state": state, "ipu_param": params}
-
-
-def from_ipu_state(
-    host: Any,
-    device: torch.optim.Optimizer,
-    named_params: list[tuple[str, torch.Tensor]],
-    ipu_state: dict[str, torch.Tensor],
-) -> None:
-    """Write ``ipu_state`` into the ``device`` optimizer; a tensor the device has no slot for is skipped with a log.
-
-    poptorch warns about the state tensors the executable expects and the dictionary lacks, and those are left at
-    their initial values (``writeOptimizerState``, ``python/poptorch.cpp:1005-1015``).
-    """
-    names = state_prefixes(host)
-    known: set[str] = set()
-    for name, param in named_params:
-        entries = {}
-        for key, prefix in names.items():
-            tensor_name = f"{prefix}___{name}"
-            known.add(tensor_name)
-            if tensor_name in ipu_state:
-                entries[key] = ipu_state[tensor_name].detach().clone()
-        if entries:
-            if "step" in entries and isinstance(host, LAMB):
-                entries["step"] = entries["step"].reshape(())
-            device.state[param] = entries
-    unknown = sorted(set(ipu_state) - known)
-    if unknown:
-        logger.warning("Optimizer state tensors not used by the model: %s", unknown)
 
 
 def check_max_grad_norm(value: float) -> None:
