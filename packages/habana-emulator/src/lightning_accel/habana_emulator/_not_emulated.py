@@ -40,8 +40,8 @@ _MARKSTEP = (
     "hpex.optimizers.FusedAdamW"
 )
 _FUSED_ATTENTION = (
-    "the Transformer Engine's FusedAttention runs the SDK's fused fp8 attention kernel (hpex.kernels), which the "
-    "emulator does not have"
+    "the Transformer Engine's FusedAttention layer is not emulated yet (the fp8 attention kernel it runs is: "
+    "hpex.kernels.fp8_fused_sdpa)"
 )
 
 #: SDK module (or ``prefix.*``) -> why the emulator does not provide it.
@@ -69,7 +69,6 @@ MODULES: dict[str, str] = {
     f"{SDK}.hpex.kernels.CustomSoftmax": _KERNELS,
     f"{SDK}.hpex.kernels.EmbeddingBag": _KERNELS,
     f"{SDK}.hpex.kernels.EmbeddingBagPreproc": _KERNELS,
-    f"{SDK}.hpex.kernels.Fp8FusedSDPA": _KERNELS,
     f"{SDK}.hpex.kernels.MixtureOfExperts": "the fp8 mixture-of-experts wrappers of Gaudi's fused MoE kernels "
     "(torch.ops.hpu.mixture_of_experts), which the emulator does not have",
     f"{SDK}.hpex.kernels.PySDPA": _KERNELS,
@@ -254,9 +253,6 @@ NAMES: dict[str, dict[str, str]] = {
         "RotaryPosEmbeddingHelperV3": _KERNELS,
         "RotaryPosEmbeddingMode": _KERNELS,
         "apply_rotary_pos_emb": _KERNELS,
-        "fp8_fused_sdpa": _KERNELS,
-        "fp8_sdpa_bwd_wrapper": _KERNELS,
-        "fp8_sdpa_fwd_wrapper": _KERNELS,
     },
     f"{SDK}.hpex.normalization": {"FusedRMSNorm": _KERNELS, "RmsNormBwdMode": _KERNELS},
     f"{SDK}.hpex.optimizers": {
