@@ -39,10 +39,6 @@ _MARKSTEP = (
     "torch's Adam/AdamW with lazy-mode mark_step calls (graph tuning of the Synapse compiler); use torch.optim or "
     "hpex.optimizers.FusedAdamW"
 )
-_FUSED_ATTENTION = (
-    "the Transformer Engine's FusedAttention layer is not emulated yet (the fp8 attention kernel it runs is: "
-    "hpex.kernels.fp8_fused_sdpa)"
-)
 
 #: SDK module (or ``prefix.*``) -> why the emulator does not provide it.
 MODULES: dict[str, str] = {
@@ -76,7 +72,6 @@ MODULES: dict[str, str] = {
     f"{SDK}.hpex.kernels.RotaryPosEmbeddingHelper": _KERNELS,
     f"{SDK}.hpex.kernels.Softmax": _KERNELS,
     f"{SDK}.hpex.kernels.fbgemm": _KERNELS,
-    f"{SDK}.hpex.experimental.transformer_engine.module.attention": _FUSED_ATTENTION,
     f"{SDK}.hpex.movingavrg.*": _KERNELS,
     f"{SDK}.hpex.normalization.FusedRMSNorm": _KERNELS,
     f"{SDK}.hpex.optimizers.FusedLars": _OPTIMIZERS,
@@ -261,8 +256,6 @@ NAMES: dict[str, dict[str, str]] = {
         "FusedLars": _OPTIMIZERS,
         "FusedResourceApplyMomentum": _OPTIMIZERS,
     },
-    f"{SDK}.hpex.experimental.transformer_engine": {"FusedAttention": _FUSED_ATTENTION},
-    f"{SDK}.hpex.experimental.transformer_engine.module": {"FusedAttention": _FUSED_ATTENTION},
     f"{SDK}.hpex.experimental.transformer_engine.module.linear": {
         "tex": "the SDK's compiled Transformer Engine extension (_hpex_C), Gaudi kernels"
     },

@@ -176,6 +176,72 @@ def fp8_sdpa_fwd_wrapper(
     return out, (gqa_output_reshape(dm) if gqa and dm is not None else dm)
 
 
+def _fp8_sdpa_fwd_wrapper_1_18(
+    ctx: Any,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    softmax_mode: str = "None",
+    d_scale_q: torch.Tensor | None = None,
+    d_scale_k: torch.Tensor | None = None,
+    d_scale_v: torch.Tensor | None = None,
+    q_scale_s: torch.Tensor | None = None,
+    q_scale_o: torch.Tensor | None = None,
+    d_scale_s: torch.Tensor | None = None,
+    is_amax_s: bool = False,
+    is_amax_o: bool = False,
+    valid_seq_len: torch.Tensor | None = None,
+    seq_padding_type: str = "left",
+) -> Any:
+    """The wrapper as the Transformer Engine of 1.18.0 imports it: three outputs in every variant.
+
+    At 1.18.0 (``hpex/kernels/Fp8FusedSDPA.py:80-192``) the wrapper reads whether to train from ``q``, ``k``, ``v``,
+    takes the process-wide recompute switch in inference too and returns ``(out, amax_s, amax_o)`` from each
+    variant; the emulator's FusedAttention (a 1.18.0 layer) calls it so. The kernel computation is
+    :func:`fp8_sdpa_fwd_wrapper`'s.
+    """
+    requires_backward = q.requires_grad or k.requires_grad or v.requires_grad
+    if requires_backward and not is_causal:
+        raise AssertionError("Fp8 FusedSDPA in trining only supports Triangular mask")  # sic, 1.18.0 line 112
+    if valid_seq_len is not None and not (is_causal and not requires_backward and attn_mask is None):
+        raise AssertionError(
+            "Valid sequence length is supported only in inference with is_causal(triangular) mask case"
+        )
+    outputs = fp8_sdpa_fwd_wrapper(
+        ctx,
+        q,
+        k,
+        v,
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        softmax_mode=softmax_mode,
+        d_scale_q=d_scale_q,
+        d_scale_k=d_scale_k,
+        d_scale_v=d_scale_v,
+        q_scale_s=q_scale_s,
+        q_scale_o=q_scale_o,
+        d_scale_s=d_scale_s,
+        is_amax_s=is_amax_s,
+        is_amax_o=is_amax_o,
+        valid_seq_len=valid_seq_len,
+        seq_padding_type=seq_padding_type,
+        recompute=ht.recompute_sdp_enabled(),
+        requires_grad=requires_backward,
+    )
+    if isinstance(outputs, torch.Tensor):  # an empty inference call
+        return outputs, None, None
+    if len(outputs) == 6:  # the recompute variant in training: 1.18.0 returns its output and amaxes only
+        out, _, _, _, amax_s, amax_o = outputs
+        return out, amax_s, amax_o
+    return outputs
+
+
 def _backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of q, k, v (float32, in ``[b, heads, s, d]``) and ``dS`` from the values ``dout`` stands for.
 
