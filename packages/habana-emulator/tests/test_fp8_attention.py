@@ -166,6 +166,23 @@ def test_the_fp8_kernel_on_fp8_inputs(te: Any) -> None:
     torch.testing.assert_close(amax_s.reshape(()), probs.max())
 
 
+@pytest.mark.parametrize("recompute", [False, True], ids=["kept-probabilities", "recompute"])
+def test_the_fp8_kernel_trains_with_the_attention_backward(recompute: bool) -> None:
+    from habana_frameworks.torch.hpex.kernels import fp8_fused_sdpa
+
+    qkv = _qkv(kv_heads=2)
+    outputs = fp8_fused_sdpa(*qkv, None, 0.0, True, None, "None", recompute=recompute)
+    # The SDK's outputs in training: (out, m, linv, seed, amax_s, amax_o) recomputing, else (out, amax_s, amax_o).
+    assert len(outputs) == (6 if recompute else 3)
+    dout = torch.randn(2, 4, 8, 16, generator=torch.Generator().manual_seed(3)).to("hpu", torch.bfloat16)
+    outputs[0].backward(dout)
+    values = [t.detach().float().requires_grad_() for t in qkv]
+    _fused_sdpa(*values, None, 0.0, True).backward(dout.float())
+    for ours, theirs in zip(qkv, values, strict=True):
+        assert ours.grad is not None and theirs.grad is not None
+        assert torch.equal(ours.grad, theirs.grad.to(torch.bfloat16))
+
+
 @pytest.mark.parametrize(
     ("argument", "message"),
     [
