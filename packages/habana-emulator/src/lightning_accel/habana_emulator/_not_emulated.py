@@ -39,10 +39,6 @@ _MARKSTEP = (
     "torch's Adam/AdamW with lazy-mode mark_step calls (graph tuning of the Synapse compiler); use torch.optim or "
     "hpex.optimizers.FusedAdamW"
 )
-_FUSED_ATTENTION = (
-    "the Transformer Engine's FusedAttention runs the SDK's fused fp8 attention kernel (hpex.kernels), which the "
-    "emulator does not have"
-)
 
 #: SDK module (or ``prefix.*``) -> why the emulator does not provide it.
 MODULES: dict[str, str] = {
@@ -69,7 +65,6 @@ MODULES: dict[str, str] = {
     f"{SDK}.hpex.kernels.CustomSoftmax": _KERNELS,
     f"{SDK}.hpex.kernels.EmbeddingBag": _KERNELS,
     f"{SDK}.hpex.kernels.EmbeddingBagPreproc": _KERNELS,
-    f"{SDK}.hpex.kernels.Fp8FusedSDPA": _KERNELS,
     f"{SDK}.hpex.kernels.MixtureOfExperts": "the fp8 mixture-of-experts wrappers of Gaudi's fused MoE kernels "
     "(torch.ops.hpu.mixture_of_experts), which the emulator does not have",
     f"{SDK}.hpex.kernels.PySDPA": _KERNELS,
@@ -77,7 +72,6 @@ MODULES: dict[str, str] = {
     f"{SDK}.hpex.kernels.RotaryPosEmbeddingHelper": _KERNELS,
     f"{SDK}.hpex.kernels.Softmax": _KERNELS,
     f"{SDK}.hpex.kernels.fbgemm": _KERNELS,
-    f"{SDK}.hpex.experimental.transformer_engine.module.attention": _FUSED_ATTENTION,
     f"{SDK}.hpex.movingavrg.*": _KERNELS,
     f"{SDK}.hpex.normalization.FusedRMSNorm": _KERNELS,
     f"{SDK}.hpex.optimizers.FusedLars": _OPTIMIZERS,
@@ -254,9 +248,6 @@ NAMES: dict[str, dict[str, str]] = {
         "RotaryPosEmbeddingHelperV3": _KERNELS,
         "RotaryPosEmbeddingMode": _KERNELS,
         "apply_rotary_pos_emb": _KERNELS,
-        "fp8_fused_sdpa": _KERNELS,
-        "fp8_sdpa_bwd_wrapper": _KERNELS,
-        "fp8_sdpa_fwd_wrapper": _KERNELS,
     },
     f"{SDK}.hpex.normalization": {"FusedRMSNorm": _KERNELS, "RmsNormBwdMode": _KERNELS},
     f"{SDK}.hpex.optimizers": {
@@ -265,8 +256,6 @@ NAMES: dict[str, dict[str, str]] = {
         "FusedLars": _OPTIMIZERS,
         "FusedResourceApplyMomentum": _OPTIMIZERS,
     },
-    f"{SDK}.hpex.experimental.transformer_engine": {"FusedAttention": _FUSED_ATTENTION},
-    f"{SDK}.hpex.experimental.transformer_engine.module": {"FusedAttention": _FUSED_ATTENTION},
     f"{SDK}.hpex.experimental.transformer_engine.module.linear": {
         "tex": "the SDK's compiled Transformer Engine extension (_hpex_C), Gaudi kernels"
     },

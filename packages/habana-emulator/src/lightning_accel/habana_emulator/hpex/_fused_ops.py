@@ -236,7 +236,29 @@ def sdpa_backward(
     ``sdpa_bwd`` gets the probabilities the forward kept (``probs``); ``sdpa_recomp_bwd`` rebuilds them from the
     scores and the saved ``m`` and ``linv``, as the recompute kernel does to save the memory of the probabilities.
     """
+    dq, dk, dv, _ = sdpa_backward_scores(
+        dout, q, k, v, attn_mask, m, linv, mask, dropout_p, scale, is_causal, probs=probs
+    )
+    return dq, dk, dv
+
+
+def sdpa_backward_scores(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    m: torch.Tensor | None,
+    linv: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    scale: float,
+    is_causal: bool,
+    probs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`sdpa_backward`, and the gradient of the softmax input ``dS`` (float32), whose amax fp8 kernels record."""
     if probs is None:
+        assert m is not None and linv is not None
         probs = torch.exp(_scores(q, k, attn_mask, scale, is_causal) - m) * linv
     dropped = probs if mask is None else probs * mask / (1.0 - dropout_p)
     dout_f = dout.float()
@@ -251,6 +273,7 @@ def sdpa_backward(
         _broadcast_back(dq, q.shape).to(q.dtype),
         _broadcast_back(dk, k.shape).to(k.dtype),
         _broadcast_back(dv, v.shape).to(v.dtype),
+        dscores,
     )
 
 

@@ -474,8 +474,11 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
         _T,
         "flash_attention_fp8",
         False,
-        f"fp8 FusedSDPA (the SDK's transformer_engine.FusedAttention) is {_NOT_YET}: the emulator has no fp8 fused "
-        "attention kernel to check it against; attn_implementation='gaudi_fused_sdpa' runs FusedSDPA in bf16",
+        f"fp8 FusedSDPA (the SDK's transformer_engine.FusedAttention) is {_NOT_YET}: the emulator now has "
+        "FusedAttention and its fp8 attention kernel, but precision 'fp8' and prepare_model do not yet route a "
+        "model's attention calls to FusedAttention layers of their own (and the SDK trains them in fp8 only with a "
+        "causal mask and flash_attention_recompute=False, HYBRID on Gaudi3 only); attn_implementation="
+        "'gaudi_fused_sdpa' runs FusedSDPA in bf16",
     ),
     _m(
         _T,

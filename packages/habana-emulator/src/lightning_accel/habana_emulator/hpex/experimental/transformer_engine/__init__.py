@@ -7,8 +7,9 @@ separate ``intel_transformer_engine``, ``transformer_engine/__init__.py:27-35``)
 ``fp8_autocast``; ``fp8`` has ``check_fp8_support()`` and ``FP8GlobalStateManager.is_fp8_available()`` (and no
 module-level ``is_fp8_available``), ``recipe``, ``constants``, ``utils``, ``cpp_extensions`` (on the SDK's fp8
 operators; ``fp8_gelu`` refuses), ``distributed`` (tensor-parallel helpers, fp8-aware ``checkpoint``) and
-``numerics_debug`` their names, and ``module.base`` the layers' base class. ``FusedAttention`` and
-``module.attention`` (the SDK's fused fp8 attention kernel) are not emulated.
+``numerics_debug`` their names, and ``module.base`` the layers' base class. ``FusedAttention``
+(``module.attention``) runs attention on fp8 q, k and v inside ``fp8_autocast`` (the emulated fp8 attention kernel,
+``hpex.kernels.Fp8FusedSDPA``) and the bf16 ``FusedSDPA`` outside it.
 
 Example:
     >>> import torch
@@ -31,12 +32,6 @@ from . import recipe as recipe
 from . import utils as utils
 from .distributed import checkpoint
 from .fp8 import fp8_autocast
-from .module import Linear
+from .module import FusedAttention, Linear
 
-__all__ = ["Linear", "checkpoint", "fp8_autocast"]
-
-
-# The SDK's FusedAttention needs its fused fp8 attention kernel: the name is here and refuses when used.
-from ...._not_emulated import provide as _provide
-
-_provide(globals(), "habana_frameworks.torch.hpex.experimental.transformer_engine")
+__all__ = ["FusedAttention", "Linear", "checkpoint", "fp8_autocast"]

@@ -206,15 +206,17 @@ class TransformerEngineBaseModule(torch.nn.Module, ABC):
 
     @contextmanager
     def prepare_forward(
-        self, inp: torch.Tensor, is_first_microbatch: bool | None, num_gemms: int = 1
-    ) -> Iterator[tuple[torch.Tensor, bool]]:
+        self, inp: torch.Tensor | None, is_first_microbatch: bool | None, num_gemms: int = 1
+    ) -> Iterator[tuple[Any, bool]]:
         """Around a forward: the scale update, the measuring decision and the checkpointing phases.
 
         Sets ``self.fp8`` and, in ``fp8_meta``, ``"update_amax_fwd"`` (what this run records) and
         ``"update_amax_bwd"`` (whether its backward measures).
 
         Yields:
-            The contiguous input and whether the scales were recomputed this run.
+            The contiguous input (``None`` for a layer without one, as ``FusedAttention``: the SDK's base then leaves
+            the activation dtype alone, ``module/base.py:474-475`` at 1.18.0) and whether the scales were recomputed
+            this run.
         """
         recompute = self.training and self._recompute_phase()
         if recompute:
@@ -225,7 +227,8 @@ class TransformerEngineBaseModule(torch.nn.Module, ABC):
                 self.fp8_meta["update_amax_fwd"] = {"fwd_enabled": False}
                 self.fp8_meta["update_amax_bwd"] = self._fwd_measured
         else:
-            self.set_activation_dtype(inp)
+            if inp is not None:
+                self.set_activation_dtype(inp)
             self.fp8_init(num_gemms=num_gemms)
             if self.fp8:
                 self.fp8_meta["update_amax_fwd"] = {"fwd_enabled": False}
@@ -249,7 +252,10 @@ class TransformerEngineBaseModule(torch.nn.Module, ABC):
         self.fp8_meta["run_cnt"] = self.run_cnt
         self.fp8_meta["name"] = self.name
         try:
-            yield inp.contiguous(), bool(self.fp8_meta.get("is_scale_update_required", False))
+            yield (
+                (inp.contiguous() if inp is not None else None),
+                bool(self.fp8_meta.get("is_scale_update_required", False)),
+            )
         finally:
             if recompute and self.fp8:
                 FP8GlobalStateManager.restore_fp8_meta_tensors(self.fp8_meta)
