@@ -104,6 +104,8 @@ OURS = {
     "_model": "a helper function of lightning_accel.habana.optimum's importer",
     "_parser": "a helper function of lightning_accel.habana.preflight's command line",
     "_forward_pre_hooks": "torch.nn.Module's hook table, read (as poptorch's removeBlocks does) to find BeginBlocks",
+    "_capture": "a method of lightning_accel.habana's fast_ddp GradientFusion (captures one HPU graph)",
+    "_version": "torch.Tensor's version counter, read by fast_ddp to see whether backward wrote a gradient",
 }
 # The SDK emulators (they stand in for the SDKs and use no Lightning), the core's test kit, the generated twins.
 SKIPPED_DIRS = {"habana_emulator", "poptorch_emulator", "testing", "twins"}
