@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import traceback
+import weakref
 from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
@@ -80,6 +82,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 "You cannot use DataLoaderMode.AsyncRebatched and manually specify the rebatched_size in async_options"
             )
             self._accessor = AsynchronousDataAccessor(self, **async_options)
+            self._accessor._serve(self)
 
     def _build(
         self,
@@ -230,7 +233,9 @@ class AsynchronousDataAccessor:
             )
         if rebatched_size is not None:
             assert rebatched_size > 1, "rebatched_size must be None or greater than 1"
-        self._dataset = dataset
+        self._dataset: Iterable[Any] | None = dataset
+        # Set by _serve when the accessor is the one a DataLoader made for itself.
+        self._owner: weakref.ReferenceType[DataLoader] | None = None
         self.rebatched_size = rebatched_size
         self._buffer_size = buffer_size
         self._slots: list[list[torch.Tensor]] = []
@@ -238,8 +243,10 @@ class AsynchronousDataAccessor:
         self._pending: collections.deque[list[torch.Tensor]] = collections.deque()
         self._source: Iterator[Any] | None = None
         self._locked: bool | None = None
+        self._was_used = False
         self._next_write = 0
         # The worker reads the first element as it starts (_dataloader.py:296-380).
+        failure = None
         try:
             # In its own process: the host's random generator does not move (a shuffled loader's order stays).
             with torch.random.fork_rng(devices=[]):
@@ -247,13 +254,44 @@ class AsynchronousDataAccessor:
             if first is None:
                 raise Error("The Dataset is empty")
             self._kind, tensors = self._split(first)
-        except (Error, AssertionError) as err:
-            log.error("%s", err)
-            raise Error("AsynchronousDataAccessor worker thread failed to start (Check above for details)") from err
+        except Exception as err:
+            # poptorch's worker process prints its traceback as it dies; the host sees only that it ended.
+            failure = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+            # The error's traceback holds the frames of the loader's iterator, and with it the torch workers; torch
+            # re-raises a worker's error from a frame that holds the error, a cycle that only the garbage collector
+            # frees, and by then torch's shutdown waits 5 s for each worker (160 s for 32). Cleared, the frames let
+            # the iterator go by its reference count, as it does once poptorch's worker process has ended.
+            traceback.clear_frames(err.__traceback__)
+        if failure is not None:
+            log.error("%s", failure.rstrip())
+            # Raised outside the except block and without the cause, as poptorch does (_dataloader.py:251-256).
+            raise Error("AsynchronousDataAccessor worker thread failed to start (Check above for details)")
         self._slots = [[torch.empty_like(t) for t in tensors] for _ in range(buffer_size)]
 
+    def _serve(self, loader: DataLoader) -> None:
+        """Become ``loader``'s own accessor: it holds this accessor, and this accessor holds it only weakly.
+
+        A strong reference both ways would make a cycle that only the garbage collector frees, and by then the
+        multiprocessing queues of the loader's torch workers are closed (the collector runs their finalizers first),
+        so torch's shutdown waits its 5 s timeout for each worker before it kills it: 35 s for a loader of 7 workers.
+        Freed by its reference count, the loader stops its workers at once, as a torch DataLoader does.
+        """
+        self._dataset = None
+        self._owner = weakref.ref(loader)
+
+    def _data(self) -> Iterable[Any]:
+        """What the accessor loads from: the dataset or loader it was given, or the DataLoader it serves."""
+        if self._owner is None:
+            assert self._dataset is not None
+            return self._dataset
+        loader = self._owner()
+        if loader is None:
+            # Only an iterator kept past its DataLoader gets here, when it is iterated again.
+            raise Error("The poptorch.DataLoader this AsynchronousDataAccessor loads for has been deleted.")
+        return loader
+
     def _elements(self) -> Iterator[Any]:
-        dataset = self._dataset
+        dataset = self._data()
         if isinstance(dataset, DataLoader) and dataset._accessor is self:
             return dataset._sync_iter()
         return iter(dataset)
@@ -297,6 +335,12 @@ class AsynchronousDataAccessor:
             self._pending.append(views)
 
     def __iter__(self) -> AsynchronousDataAccessor:
+        if self._source is not None and not self._was_used and self._pending:
+            # The epoch started last has handed out nothing yet: it goes on (AsynchronousWorker.resetIterator,
+            # _dataloader.py:44-46), so `for batch in iter(loader)` starts one epoch, not two. (An epoch that came
+            # out empty starts again.)
+            return self
+        self._was_used = False
         self._source = self._elements()
         self._pending.clear()
         self._locked = None
@@ -314,6 +358,7 @@ class AsynchronousDataAccessor:
             raise StopIteration
         views = self._pending.popleft()
         self._locked = True
+        self._was_used = True
         kind, detail = self._kind
         if kind == "tensor":
             return views[0]
@@ -324,9 +369,10 @@ class AsynchronousDataAccessor:
         return views
 
     def __len__(self) -> int:
-        if not isinstance(self._dataset, Sized):
+        dataset = self._data()
+        if not isinstance(dataset, Sized):
             raise TypeError("The wrapped loader has no length.")
-        return len(self._dataset)
+        return len(dataset)
 
     def terminate(self) -> None:
         """Stop the background worker (the emulator's loads in the calling thread: nothing to stop)."""
