@@ -353,6 +353,19 @@ def hpu_opinfo(session: nox.Session) -> None:
     run_pytest(session, f"{PACKAGES['habana-emulator']}/tests/test_opinfo.py", *WORKERS, env=env)
 
 
+@nox.session(python=PYTHON, default=False)
+@recorded
+def poptorch_yardstick(session: nox.Session) -> None:
+    """poptorch's own test files on the poptorch emulator; per-file results go to benchmarks/results/.
+
+    Outside CI: it reads poptorch's tests from a local git mirror (``-- --source PATH``; it exits 2 without one).
+    The session's arguments go to benchmarks/poptorch_yardstick.py (default: dataloader_test.py).
+    """
+    # numpy: poptorch's tests import it (torch does not install it).
+    install_base(session, "poptorch-emulator", also=("numpy",))
+    session.run("python", "benchmarks/poptorch_yardstick.py", *session.posargs)
+
+
 @nox.session(python=IPU_PLAN.python, venv_params=list(IPU_PLAN.venv_params))
 @recorded
 def ipu_tests(session: nox.Session) -> None:
