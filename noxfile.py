@@ -495,6 +495,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_hpu_autocast.py")
     session.run("python", "benchmarks/bench_hpu_regional_compile.py")
     session.run("python", "benchmarks/bench_ipu_device_iterations.py")
+    session.run("python", "benchmarks/bench_ipu_dataloader.py")
     session.run("python", "benchmarks/bench_zero_memory.py")
     session.run("python", "benchmarks/bench_fsdp2_memory.py")
     session.run("python", "benchmarks/bench_transformers_recipes.py")
