@@ -101,3 +101,50 @@ def test_iter_of_an_epoch_that_handed_out_nothing_goes_on_with_it() -> None:
     assert len(started) == 2
     assert [row.item() for row in accessor] == [0.0, 1.0, 2.0, 3.0]  # a used epoch starts again
     assert len(started) == 3
+
+
+class Halves(torch.utils.data.IterableDataset[torch.Tensor]):
+    """Rows 0-9, the first five from worker 0 and the rest from worker 1 (one process: all ten)."""
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        info = torch.utils.data.get_worker_info()
+        rows = range(10) if info is None else range(5 * info.id, 5 * info.id + 5)
+        return iter(torch.tensor([[float(row)] for row in rows]))
+
+    def __len__(self) -> int:
+        return 10
+
+
+@pytest.mark.parametrize(
+    ("mode", "drop_last", "sizes"),
+    [
+        # torch hands out each worker's incomplete last batch (or drops both)...
+        pytest.param(DataLoaderMode.Sync, False, [4, 4, 1, 1], id="Sync"),
+        pytest.param(DataLoaderMode.Sync, True, [4, 4], id="Sync-drop_last"),
+        # ... poptorch's rebatching makes batches from their rows together (_dataloader.py:531-556), and Async
+        # without drop_last rebatches too (__init__.py:425-431).
+        pytest.param(DataLoaderMode.AsyncRebatched, False, [4, 4, 2], id="AsyncRebatched"),
+        pytest.param(DataLoaderMode.AsyncRebatched, True, [4, 4], id="AsyncRebatched-drop_last"),
+        pytest.param(DataLoaderMode.Async, False, [4, 4, 2], id="Async"),
+        pytest.param(DataLoaderMode.Async, True, [4, 4], id="Async-drop_last"),
+    ],
+)
+def test_async_rebatched_makes_batches_from_the_rows_of_every_worker(
+    mode: DataLoaderMode, drop_last: bool, sizes: list[int]
+) -> None:
+    loader = DataLoader(Options(), Halves(), batch_size=4, num_workers=2, drop_last=drop_last, mode=mode)
+    batches = [batch.clone() for batch in loader]
+    assert [len(batch) for batch in batches] == sizes
+    rows = sorted(int(row) for batch in batches for row in batch.flatten())
+    assert len(set(rows)) == len(rows)
+    if mode != DataLoaderMode.Sync:
+        assert len(loader) == len(sizes)  # the samples over the combined batch size (__init__.py:468-480)
+
+
+def test_rebatched_worker_size_sets_the_batches_torch_loads() -> None:
+    data = torch.utils.data.TensorDataset(torch.arange(10.0))
+    loader = DataLoader(Options(), data, batch_size=4, mode=DataLoaderMode.AsyncRebatched, rebatched_worker_size=3)
+    assert loader.batch_size == 3 and not loader.drop_last
+    assert [batch[0].tolist() for batch in loader] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
+    with pytest.raises(AssertionError, match=r"rebatched_worker_size \(5\) must be <= to the combined batch size"):
+        DataLoader(Options(), data, batch_size=4, mode=DataLoaderMode.AsyncRebatched, rebatched_worker_size=5)

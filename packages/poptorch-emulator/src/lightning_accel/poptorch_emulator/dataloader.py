@@ -40,6 +40,37 @@ def _concatenate(batches: list[Any]) -> Any:
     return unflatten(combined, flatten(batches[-1])[1])
 
 
+def _rebatched(batches: Iterable[Any], size: int, drop_last: bool) -> Iterator[Any]:
+    """The rows of ``batches`` handed out again in batches of ``size`` (poptorch 3.4's worker, ``_dataloader.py``).
+
+    poptorch's AsyncRebatched worker copies the rows of each batch its loader yields into the next ring-buffer slot
+    until the slot holds ``size`` rows, and keeps the rows that did not fit for the next slot (:531-556); at the end
+    of the data a slot that is not full is handed out unless ``drop_last`` (:496-504). So the remainders of an
+    IterableDataset's workers make batches together, where torch hands each worker's remainder out (or drops it).
+    """
+    carry: list[Any] | None = None
+    spec: Any = None
+    for batch in batches:
+        leaves, spec = flatten(batch)
+        if carry is None:
+            carry = leaves
+        else:
+            carry = [torch.cat([old, new]) if isinstance(new, torch.Tensor) else new for old, new in zip(carry, leaves)]
+        while _rows(carry) >= size:
+            yield unflatten([_head(leaf, size) for leaf in carry], spec)
+            carry = [leaf[size:] if isinstance(leaf, torch.Tensor) else leaf for leaf in carry]
+    if carry is not None and _rows(carry) > 0 and not drop_last:
+        yield unflatten(carry, spec)
+
+
+def _rows(leaves: list[Any]) -> int:
+    return next((leaf.shape[0] for leaf in leaves if isinstance(leaf, torch.Tensor) and leaf.dim() > 0), 0)
+
+
+def _head(leaf: Any, rows: int) -> Any:
+    return leaf[:rows] if isinstance(leaf, torch.Tensor) else leaf
+
+
 class DataLoader(torch.utils.data.DataLoader):
     """``poptorch.DataLoader``: each batch holds ``batch_size x device_iterations x replicas x accumulation`` samples.
 
@@ -71,11 +102,21 @@ class DataLoader(torch.utils.data.DataLoader):
         **kwargs: Any,
     ) -> None:
         self._accessor: AsynchronousDataAccessor | None = None
+        # (size, drop_last) of the batches the accessor makes from the loader's rows (AsyncRebatched), else None.
+        self._rebatch: tuple[int, bool] | None = None
         self._build(
-            options, dataset, batch_size, shuffle, num_workers, drop_last, persistent_workers, batch_sampler, kwargs
+            options,
+            dataset,
+            batch_size,
+            shuffle,
+            num_workers,
+            drop_last,
+            persistent_workers,
+            batch_sampler,
+            kwargs,
+            (mode, rebatched_worker_size),
         )
-        # Async and AsyncRebatched load through an AsynchronousDataAccessor (__init__.py:434-466); the emulator's
-        # hands out the same batches as Sync (rebatching in the worker makes the same combined batches).
+        # Async and AsyncRebatched load through an AsynchronousDataAccessor (__init__.py:434-466).
         if mode in (DataLoaderMode.Async, DataLoaderMode.AsyncRebatched):
             async_options = dict(async_options or {})
             assert "rebatched_size" not in async_options, (
@@ -95,8 +136,12 @@ class DataLoader(torch.utils.data.DataLoader):
         persistent_workers: bool | None,
         batch_sampler: Iterable[list[int]] | None,
         kwargs: dict[str, Any],
+        asynchronous: tuple[DataLoaderMode, int | None],
     ) -> None:
-        """The synchronous loader; ``__init__`` adds the asynchronous accessor after it, whichever way this returns."""
+        """The synchronous loader; ``__init__`` adds the asynchronous accessor after it, whichever way this returns.
+
+        ``asynchronous``: the mode and ``rebatched_worker_size``, which decide whether the accessor rebatches.
+        """
         # An assert in poptorch 3.4 (__init__.py:311).
         assert isinstance(options, Options), f"poptorch.DataLoader takes a poptorch.Options first, got {options!r}"
         # poptorch checks neither mode nor persistent_workers: a mode that is not Async or AsyncRebatched loads
@@ -124,6 +169,10 @@ class DataLoader(torch.utils.data.DataLoader):
             # the uncombined count, as in poptorch (__init__.py:468-480, 517-523).
             self._batches_to_combine = factor
             self._combined_drop_last = drop_last
+            if self._rebatches(asynchronous[0], drop_last):
+                assert self._combined is not None
+                # poptorch's drop_last is None with a batch sampler: an incomplete last batch is kept.
+                self._rebatch = (self._combined, False)
             super().__init__(
                 dataset,
                 batch_sampler=batch_sampler,
@@ -147,6 +196,19 @@ class DataLoader(torch.utils.data.DataLoader):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"poptorch.DataLoader(batch_size={batch_size!r}): pass a positive int or None.")
         self._combined = batch_size * factor
+        loader_batch, loader_drop_last = self._combined, drop_last
+        if self._rebatches(asynchronous[0], drop_last):
+            # torch's loader yields batches of rebatched_worker_size and keeps its incomplete ones; the accessor
+            # makes the combined batches (__init__.py:417-447).
+            self._rebatch = (self._combined, drop_last)
+            worker_size = asynchronous[1]
+            if worker_size is not None:
+                assert worker_size <= self._combined, (
+                    f"The rebatched_worker_size ({worker_size}) must be <= to the combined batch size "
+                    f"({self._combined})"
+                )
+                loader_batch = worker_size
+            loader_drop_last = False
         if not drop_last and not isinstance(dataset, IterableDataset) and isinstance(dataset, Sized):
             remainder = len(dataset) % self._combined
             if remainder:
@@ -160,13 +222,29 @@ class DataLoader(torch.utils.data.DataLoader):
                 )
         super().__init__(
             dataset,
-            batch_size=self._combined,
+            batch_size=loader_batch,
             shuffle=bool(shuffle),
             num_workers=num_workers,
-            drop_last=drop_last,
+            drop_last=loader_drop_last,
             persistent_workers=persistent_workers,
             **kwargs,
         )
+
+    def _rebatches(self, mode: DataLoaderMode, drop_last: bool) -> bool:
+        """AsyncRebatched, or Async with ``drop_last=False`` and more than one sample per step (__init__.py:425-431)."""
+        if self._combined is None:
+            return False
+        return mode == DataLoaderMode.AsyncRebatched or (
+            mode == DataLoaderMode.Async and not drop_last and self._combined > 1
+        )
+
+    def __len__(self) -> int:
+        if self._rebatch is None:
+            return super().__len__()
+        # As poptorch 3.4 (__init__.py:468-480): the samples over the rebatched size, rounded up unless drop_last.
+        size, drop_last = self._rebatch
+        samples = len(self.dataset)  # type: ignore[arg-type]
+        return samples // size + (0 if drop_last or samples % size == 0 else 1)
 
     @property
     def _combined_batch_size(self) -> int | None:
@@ -292,7 +370,10 @@ class AsynchronousDataAccessor:
 
     def _elements(self) -> Iterator[Any]:
         dataset = self._data()
-        if isinstance(dataset, DataLoader) and dataset._accessor is self:
+        if isinstance(dataset, DataLoader):
+            # Its own accessor's, or one made for a Sync loader (a loader with an accessor of its own refuses another).
+            if dataset._rebatch is not None:
+                return _rebatched(dataset._sync_iter(), *dataset._rebatch)
             return dataset._sync_iter()
         return iter(dataset)
 
