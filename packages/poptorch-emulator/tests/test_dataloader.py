@@ -8,7 +8,6 @@ the collector (the collector is switched off while they run, so only reference c
 from __future__ import annotations
 
 import gc
-import logging
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -70,18 +69,18 @@ def test_an_iterator_outlives_its_loader_for_the_epoch_it_started() -> None:
 
 @pytest.mark.parametrize("error", [AssertionError, ValueError])
 def test_a_failed_start_is_poptorchs_error_and_keeps_nothing_alive(
-    error: type[Exception], caplog: pytest.LogCaptureFixture
+    error: type[Exception], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # poptorch's worker process dies of any error and prints its traceback; the host raises its own error, with
-    # no cause (_dataloader.py:251-256).
+    # poptorch's worker process dies of any error and prints its traceback on the standard error; the host raises
+    # its own error, with no cause (_dataloader.py:251-256).
     loader = DataLoader(Options(), Broken(error), batch_size=1)
     gone = weakref.ref(loader)
-    with caplog.at_level(logging.ERROR, logger="poptorch"):
-        with pytest.raises(Error, match="AsynchronousDataAccessor worker thread failed to start") as raised:
-            AsynchronousDataAccessor(loader)
+    with pytest.raises(Error, match="AsynchronousDataAccessor worker thread failed to start") as raised:
+        AsynchronousDataAccessor(loader)
     assert raised.value.__cause__ is None
-    assert f"{error.__name__}: Broken dataset" in caplog.text
-    assert "Traceback (most recent call last)" in caplog.text
+    printed = capsys.readouterr().err
+    assert f"{error.__name__}: Broken dataset" in printed
+    assert "Traceback (most recent call last)" in printed
     del loader, raised
     assert gone() is None, "the error's traceback holds the loader until the garbage collector runs"
 

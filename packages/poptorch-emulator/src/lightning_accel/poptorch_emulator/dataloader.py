@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import sys
 import traceback
 import weakref
 from collections.abc import Iterable, Iterator, Sized
@@ -341,7 +342,10 @@ class AsynchronousDataAccessor:
             # the iterator go by its reference count, as it does once poptorch's worker process has ended.
             traceback.clear_frames(err.__traceback__)
         if failure is not None:
-            log.error("%s", failure.rstrip())
+            # On the standard error, as the dying worker process prints it (multiprocessing's BaseProcess._bootstrap),
+            # not through a logger: poptorch's test_subprocess_broken_dataset finds the error's text in the output.
+            sys.stderr.write(failure)
+            sys.stderr.flush()
             # Raised outside the except block and without the cause, as poptorch does (_dataloader.py:251-256).
             raise Error("AsynchronousDataAccessor worker thread failed to start (Check above for details)")
         self._slots = [[torch.empty_like(t) for t in tensors] for _ in range(buffer_size)]
