@@ -219,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    # Named before the run: the tree may change while it runs (a child process imports what is there then).
+    emulator = args.note or emulator_version()
     with tempfile.TemporaryDirectory(prefix="poptorch-yardstick-") as folder:
         read = extract_tests(args.source, args.ref, Path(folder))
         tests = Path(folder) / "tests"
@@ -235,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "source": str(args.source),
         "read": read,
-        "emulator": args.note or emulator_version(),
+        "emulator": emulator,
         "date": time.strftime("%Y-%m-%d"),
         "timeout": args.timeout,
         "file_timeout": args.file_timeout,
