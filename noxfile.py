@@ -353,6 +353,19 @@ def hpu_opinfo(session: nox.Session) -> None:
     run_pytest(session, f"{PACKAGES['habana-emulator']}/tests/test_opinfo.py", *WORKERS, env=env)
 
 
+@nox.session(python=PYTHON, default=False)
+@recorded
+def poptorch_yardstick(session: nox.Session) -> None:
+    """poptorch's own test files on the poptorch emulator; per-file results go to benchmarks/results/.
+
+    Outside CI: it reads poptorch's tests from a local git mirror (``-- --source PATH``; it exits 2 without one).
+    The session's arguments go to benchmarks/poptorch_yardstick.py (default: dataloader_test.py).
+    """
+    # numpy: poptorch's tests import it (torch does not install it).
+    install_base(session, "poptorch-emulator", also=("numpy",))
+    session.run("python", "benchmarks/poptorch_yardstick.py", *session.posargs)
+
+
 @nox.session(python=IPU_PLAN.python, venv_params=list(IPU_PLAN.venv_params))
 @recorded
 def ipu_tests(session: nox.Session) -> None:
@@ -482,6 +495,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_hpu_autocast.py")
     session.run("python", "benchmarks/bench_hpu_regional_compile.py")
     session.run("python", "benchmarks/bench_ipu_device_iterations.py")
+    session.run("python", "benchmarks/bench_ipu_dataloader.py")
     session.run("python", "benchmarks/bench_zero_memory.py")
     session.run("python", "benchmarks/bench_fsdp2_memory.py")
     session.run("python", "benchmarks/bench_transformers_recipes.py")

@@ -21,7 +21,7 @@ Example:
 
 from __future__ import annotations
 
-from . import enums, ops, optim
+from . import enums, ops, optim, poptorch_core
 from .annotations import (
     ICustomArgParser,
     MultiConv,
@@ -61,7 +61,6 @@ from .execution import (
 from .executor import PoplarExecutor, inferenceModel, registerPostCompileHook, registerPreCompileHook, trainingModel
 from .host_ops import CPU
 from .left_out import left_out
-from .left_out import poptorch_core as _poptorch_core
 from .ops import (
     ATTR_PREFIX,
     attributes_lists,
@@ -97,7 +96,6 @@ getIpuTensorId = left_out("poptorch.getIpuTensorId")
 importPoptorchMetadataFromFile = left_out("poptorch.importPoptorchMetadataFromFile")
 load = left_out("poptorch.load")
 nearest = left_out("poptorch.nearest")
-poptorch_core = _poptorch_core()
 profiling = left_out("poptorch.profiling")
 
 __all__ = [

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import collections
 import logging
+import sys
+import traceback
+import weakref
 from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
@@ -38,6 +41,37 @@ def _concatenate(batches: list[Any]) -> Any:
     return unflatten(combined, flatten(batches[-1])[1])
 
 
+def _rebatched(batches: Iterable[Any], size: int, drop_last: bool) -> Iterator[Any]:
+    """The rows of ``batches`` handed out again in batches of ``size`` (poptorch 3.4's worker, ``_dataloader.py``).
+
+    poptorch's AsyncRebatched worker copies the rows of each batch its loader yields into the next ring-buffer slot
+    until the slot holds ``size`` rows, and keeps the rows that did not fit for the next slot (:531-556); at the end
+    of the data a slot that is not full is handed out unless ``drop_last`` (:496-504). So the remainders of an
+    IterableDataset's workers make batches together, where torch hands each worker's remainder out (or drops it).
+    """
+    carry: list[Any] | None = None
+    spec: Any = None
+    for batch in batches:
+        leaves, spec = flatten(batch)
+        if carry is None:
+            carry = leaves
+        else:
+            carry = [torch.cat([old, new]) if isinstance(new, torch.Tensor) else new for old, new in zip(carry, leaves)]
+        while _rows(carry) >= size:
+            yield unflatten([_head(leaf, size) for leaf in carry], spec)
+            carry = [leaf[size:] if isinstance(leaf, torch.Tensor) else leaf for leaf in carry]
+    if carry is not None and _rows(carry) > 0 and not drop_last:
+        yield unflatten(carry, spec)
+
+
+def _rows(leaves: list[Any]) -> int:
+    return next((leaf.shape[0] for leaf in leaves if isinstance(leaf, torch.Tensor) and leaf.dim() > 0), 0)
+
+
+def _head(leaf: Any, rows: int) -> Any:
+    return leaf[:rows] if isinstance(leaf, torch.Tensor) else leaf
+
+
 class DataLoader(torch.utils.data.DataLoader):
     """``poptorch.DataLoader``: each batch holds ``batch_size x device_iterations x replicas x accumulation`` samples.
 
@@ -69,17 +103,28 @@ class DataLoader(torch.utils.data.DataLoader):
         **kwargs: Any,
     ) -> None:
         self._accessor: AsynchronousDataAccessor | None = None
+        # (size, drop_last) of the batches the accessor makes from the loader's rows (AsyncRebatched), else None.
+        self._rebatch: tuple[int, bool] | None = None
         self._build(
-            options, dataset, batch_size, shuffle, num_workers, drop_last, persistent_workers, batch_sampler, kwargs
+            options,
+            dataset,
+            batch_size,
+            shuffle,
+            num_workers,
+            drop_last,
+            persistent_workers,
+            batch_sampler,
+            kwargs,
+            (mode, rebatched_worker_size),
         )
-        # Async and AsyncRebatched load through an AsynchronousDataAccessor (__init__.py:434-466); the emulator's
-        # hands out the same batches as Sync (rebatching in the worker makes the same combined batches).
+        # Async and AsyncRebatched load through an AsynchronousDataAccessor (__init__.py:434-466).
         if mode in (DataLoaderMode.Async, DataLoaderMode.AsyncRebatched):
             async_options = dict(async_options or {})
             assert "rebatched_size" not in async_options, (
                 "You cannot use DataLoaderMode.AsyncRebatched and manually specify the rebatched_size in async_options"
             )
             self._accessor = AsynchronousDataAccessor(self, **async_options)
+            self._accessor._serve(self)
 
     def _build(
         self,
@@ -92,8 +137,12 @@ class DataLoader(torch.utils.data.DataLoader):
         persistent_workers: bool | None,
         batch_sampler: Iterable[list[int]] | None,
         kwargs: dict[str, Any],
+        asynchronous: tuple[DataLoaderMode, int | None],
     ) -> None:
-        """The synchronous loader; ``__init__`` adds the asynchronous accessor after it, whichever way this returns."""
+        """The synchronous loader; ``__init__`` adds the asynchronous accessor after it, whichever way this returns.
+
+        ``asynchronous``: the mode and ``rebatched_worker_size``, which decide whether the accessor rebatches.
+        """
         # An assert in poptorch 3.4 (__init__.py:311).
         assert isinstance(options, Options), f"poptorch.DataLoader takes a poptorch.Options first, got {options!r}"
         # poptorch checks neither mode nor persistent_workers: a mode that is not Async or AsyncRebatched loads
@@ -121,6 +170,10 @@ class DataLoader(torch.utils.data.DataLoader):
             # the uncombined count, as in poptorch (__init__.py:468-480, 517-523).
             self._batches_to_combine = factor
             self._combined_drop_last = drop_last
+            if self._rebatches(asynchronous[0], drop_last):
+                assert self._combined is not None
+                # poptorch's drop_last is None with a batch sampler: an incomplete last batch is kept.
+                self._rebatch = (self._combined, False)
             super().__init__(
                 dataset,
                 batch_sampler=batch_sampler,
@@ -144,6 +197,19 @@ class DataLoader(torch.utils.data.DataLoader):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"poptorch.DataLoader(batch_size={batch_size!r}): pass a positive int or None.")
         self._combined = batch_size * factor
+        loader_batch, loader_drop_last = self._combined, drop_last
+        if self._rebatches(asynchronous[0], drop_last):
+            # torch's loader yields batches of rebatched_worker_size and keeps its incomplete ones; the accessor
+            # makes the combined batches (__init__.py:417-447).
+            self._rebatch = (self._combined, drop_last)
+            worker_size = asynchronous[1]
+            if worker_size is not None:
+                assert worker_size <= self._combined, (
+                    f"The rebatched_worker_size ({worker_size}) must be <= to the combined batch size "
+                    f"({self._combined})"
+                )
+                loader_batch = worker_size
+            loader_drop_last = False
         if not drop_last and not isinstance(dataset, IterableDataset) and isinstance(dataset, Sized):
             remainder = len(dataset) % self._combined
             if remainder:
@@ -157,13 +223,29 @@ class DataLoader(torch.utils.data.DataLoader):
                 )
         super().__init__(
             dataset,
-            batch_size=self._combined,
+            batch_size=loader_batch,
             shuffle=bool(shuffle),
             num_workers=num_workers,
-            drop_last=drop_last,
+            drop_last=loader_drop_last,
             persistent_workers=persistent_workers,
             **kwargs,
         )
+
+    def _rebatches(self, mode: DataLoaderMode, drop_last: bool) -> bool:
+        """AsyncRebatched, or Async with ``drop_last=False`` and more than one sample per step (__init__.py:425-431)."""
+        if self._combined is None:
+            return False
+        return mode == DataLoaderMode.AsyncRebatched or (
+            mode == DataLoaderMode.Async and not drop_last and self._combined > 1
+        )
+
+    def __len__(self) -> int:
+        if self._rebatch is None:
+            return super().__len__()
+        # As poptorch 3.4 (__init__.py:468-480): the samples over the rebatched size, rounded up unless drop_last.
+        size, drop_last = self._rebatch
+        samples = len(self.dataset)  # type: ignore[arg-type]
+        return samples // size + (0 if drop_last or samples % size == 0 else 1)
 
     @property
     def _combined_batch_size(self) -> int | None:
@@ -230,7 +312,9 @@ class AsynchronousDataAccessor:
             )
         if rebatched_size is not None:
             assert rebatched_size > 1, "rebatched_size must be None or greater than 1"
-        self._dataset = dataset
+        self._dataset: Iterable[Any] | None = dataset
+        # Set by _serve when the accessor is the one a DataLoader made for itself.
+        self._owner: weakref.ReferenceType[DataLoader] | None = None
         self.rebatched_size = rebatched_size
         self._buffer_size = buffer_size
         self._slots: list[list[torch.Tensor]] = []
@@ -238,8 +322,10 @@ class AsynchronousDataAccessor:
         self._pending: collections.deque[list[torch.Tensor]] = collections.deque()
         self._source: Iterator[Any] | None = None
         self._locked: bool | None = None
+        self._was_used = False
         self._next_write = 0
         # The worker reads the first element as it starts (_dataloader.py:296-380).
+        failure = None
         try:
             # In its own process: the host's random generator does not move (a shuffled loader's order stays).
             with torch.random.fork_rng(devices=[]):
@@ -247,14 +333,51 @@ class AsynchronousDataAccessor:
             if first is None:
                 raise Error("The Dataset is empty")
             self._kind, tensors = self._split(first)
-        except (Error, AssertionError) as err:
-            log.error("%s", err)
-            raise Error("AsynchronousDataAccessor worker thread failed to start (Check above for details)") from err
+        except Exception as err:
+            # poptorch's worker process prints its traceback as it dies; the host sees only that it ended.
+            failure = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+            # The error's traceback holds the frames of the loader's iterator, and with it the torch workers; torch
+            # re-raises a worker's error from a frame that holds the error, a cycle that only the garbage collector
+            # frees, and by then torch's shutdown waits 5 s for each worker (160 s for 32). Cleared, the frames let
+            # the iterator go by its reference count, as it does once poptorch's worker process has ended.
+            traceback.clear_frames(err.__traceback__)
+        if failure is not None:
+            # On the standard error, as the dying worker process prints it (multiprocessing's BaseProcess._bootstrap),
+            # not through a logger: poptorch's test_subprocess_broken_dataset finds the error's text in the output.
+            sys.stderr.write(failure)
+            sys.stderr.flush()
+            # Raised outside the except block and without the cause, as poptorch does (_dataloader.py:251-256).
+            raise Error("AsynchronousDataAccessor worker thread failed to start (Check above for details)")
         self._slots = [[torch.empty_like(t) for t in tensors] for _ in range(buffer_size)]
 
+    def _serve(self, loader: DataLoader) -> None:
+        """Become ``loader``'s own accessor: it holds this accessor, and this accessor holds it only weakly.
+
+        A strong reference both ways would make a cycle that only the garbage collector frees, and by then the
+        multiprocessing queues of the loader's torch workers are closed (the collector runs their finalizers first),
+        so torch's shutdown waits its 5 s timeout for each worker before it kills it: 35 s for a loader of 7 workers.
+        Freed by its reference count, the loader stops its workers at once, as a torch DataLoader does.
+        """
+        self._dataset = None
+        self._owner = weakref.ref(loader)
+
+    def _data(self) -> Iterable[Any]:
+        """What the accessor loads from: the dataset or loader it was given, or the DataLoader it serves."""
+        if self._owner is None:
+            assert self._dataset is not None
+            return self._dataset
+        loader = self._owner()
+        if loader is None:
+            # Only an iterator kept past its DataLoader gets here, when it is iterated again.
+            raise Error("The poptorch.DataLoader this AsynchronousDataAccessor loads for has been deleted.")
+        return loader
+
     def _elements(self) -> Iterator[Any]:
-        dataset = self._dataset
-        if isinstance(dataset, DataLoader) and dataset._accessor is self:
+        dataset = self._data()
+        if isinstance(dataset, DataLoader):
+            # Its own accessor's, or one made for a Sync loader (a loader with an accessor of its own refuses another).
+            if dataset._rebatch is not None:
+                return _rebatched(dataset._sync_iter(), *dataset._rebatch)
             return dataset._sync_iter()
         return iter(dataset)
 
@@ -297,6 +420,12 @@ class AsynchronousDataAccessor:
             self._pending.append(views)
 
     def __iter__(self) -> AsynchronousDataAccessor:
+        if self._source is not None and not self._was_used and self._pending:
+            # The epoch started last has handed out nothing yet: it goes on (AsynchronousWorker.resetIterator,
+            # _dataloader.py:44-46), so `for batch in iter(loader)` starts one epoch, not two. (An epoch that came
+            # out empty starts again.)
+            return self
+        self._was_used = False
         self._source = self._elements()
         self._pending.clear()
         self._locked = None
@@ -314,6 +443,7 @@ class AsynchronousDataAccessor:
             raise StopIteration
         views = self._pending.popleft()
         self._locked = True
+        self._was_used = True
         kind, detail = self._kind
         if kind == "tensor":
             return views[0]
@@ -324,9 +454,10 @@ class AsynchronousDataAccessor:
         return views
 
     def __len__(self) -> int:
-        if not isinstance(self._dataset, Sized):
+        dataset = self._data()
+        if not isinstance(dataset, Sized):
             raise TypeError("The wrapped loader has no length.")
-        return len(self._dataset)
+        return len(dataset)
 
     def terminate(self) -> None:
         """Stop the background worker (the emulator's loads in the calling thread: nothing to stop)."""

@@ -1,16 +1,17 @@
 """poptorch 3.4 names the emulator does not reproduce, why, and the stand-ins that say so when used.
 
 Each name exists in the emulator (so that code importing it loads), but calling it, or reading an attribute of it,
-raises ``poptorch.Error("poptorch.<name> is not emulated: <reason>")``.
+raises ``poptorch.Error("poptorch.<name> is not emulated: <reason>")``. ``poptorch.poptorch_core`` is a module of its
+own (:mod:`.poptorch_core`), as poptorch's is, with the same refusal.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .errors import Error, RecoverableError, UnrecoverableError
+from .errors import Error
 
-__all__ = ["LEFT_OUT", "left_out", "poptorch_core"]
+__all__ = ["LEFT_OUT", "left_out", "refusal"]
 
 _EXECUTABLES = "the emulator compiles no Poplar executable to save, load or export"
 _COUNTERS = "it reads the IPU's hardware cycle and latency counters, which the emulator has none of"
@@ -50,39 +51,23 @@ class _LeftOut:
     def __init__(self, name: str) -> None:
         self._name = name
 
-    def _refuse(self) -> Error:
-        return Error(f"{self._name} is not emulated: {LEFT_OUT[self._name]}.")
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._refuse()
+        raise refusal(self._name)
 
     def __getattr__(self, attribute: str) -> Any:
         if attribute.startswith("__"):
             raise AttributeError(attribute)
-        raise self._refuse()
+        raise refusal(self._name)
 
     def __repr__(self) -> str:
         return f"<{self._name}: not emulated>"
 
 
+def refusal(name: str) -> Error:
+    """The ``poptorch.Error`` that using ``name`` (a key of :data:`LEFT_OUT`) raises."""
+    return Error(f"{name} is not emulated: {LEFT_OUT[name]}.")
+
+
 def left_out(name: str) -> Any:
     """The stand-in for ``name`` (a key of :data:`LEFT_OUT`)."""
     return _LeftOut(name)
-
-
-class _PoptorchCore(_LeftOut):
-    """``poptorch.poptorch_core``: its error classes, which are ``poptorch``'s (poptorch 3.4 ``python/__init__.py:41``).
-
-    Every other name of the C++ binding raises ``poptorch.Error`` saying it is not emulated.
-    """
-
-    def __init__(self) -> None:
-        super().__init__("poptorch.poptorch_core")
-        self.Error = Error
-        self.RecoverableError = RecoverableError
-        self.UnrecoverableError = UnrecoverableError
-
-
-def poptorch_core() -> Any:
-    """The stand-in for ``poptorch.poptorch_core``."""
-    return _PoptorchCore()
