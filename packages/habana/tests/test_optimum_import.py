@@ -154,6 +154,13 @@ MAPPED: dict[str, tuple[Any, dict[str, Any], Check]] = {
         lambda r: r.model_setup["fused_sdpa"]["causal"] is True,
     ),
     "fp8": (True, {}, lambda r: r.precision == "fp8" and "fp8" in r.model_setup),
+    "flash_attention_fp8": (
+        True,
+        {"fp8": True, "attn_implementation": "gaudi_fused_sdpa", "flash_attention_causal_mask": True},
+        lambda r: (
+            r.model_setup.get("fp8_fused_attention") == {"softmax_mode": "None"} and "fused_sdpa" not in r.model_setup
+        ),
+    ),
     "cache_size_limit": (64, {"torch_compile": True}, lambda r: r.dynamo == {"cache_size_limit": 64}),
     "inline_inbuilt_nn_modules": (False, {}, lambda r: r.dynamo == {"inline_inbuilt_nn_modules": False}),
     "allow_unspec_int_on_nn_module": (True, {}, lambda r: r.dynamo == {"allow_unspec_int_on_nn_module": True}),

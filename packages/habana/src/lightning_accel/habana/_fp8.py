@@ -95,8 +95,10 @@ def te_layer_classes() -> tuple[type[torch.nn.Module], ...]:
 
 
 def _has_te_layers(module: torch.nn.Module) -> bool:
+    # FusedAttention holds no weights: a model given fp8 attention first still has its Linear layers to convert.
+    attention = getattr(sdk.transformer_engine_module(), "FusedAttention", ())
     layers = te_layer_classes()
-    return any(isinstance(m, layers) for m in module.modules())
+    return any(isinstance(m, layers) and not isinstance(m, attention) for m in module.modules())
 
 
 def replace_linear_layers(module: torch.nn.Module) -> int:

@@ -495,10 +495,12 @@ class OptimumImport:
         return dict(self.dataloaders[split])
 
     def prepare_model(self, model: torch.nn.Module) -> list[Any]:
-        """Apply what the arguments ask of the model: gradient checkpointing, FusedSDPA, fp8 layers, ZeRO-3 leaves.
+        """Apply what the arguments ask of the model: checkpointing, FusedSDPA, fp8 layers and attention, ZeRO-3 leaves.
+
+        Call it before a checkpoint loads: fp8 layers keep their scaling state in the ``state_dict``.
 
         Returns:
-            Handles to undo (``remove()``) where there are any (the FusedSDPA handle).
+            Handles to undo (``remove()``) where there are any (the FusedSDPA and fp8 attention handles).
         """
         handles: list[Any] = []
         setup = self.model_setup
@@ -517,6 +519,10 @@ class OptimumImport:
         if "fp8" in setup:
             plugin = self.precision_plugin()
             model = plugin.convert_modules(model, replace_layers=True)
+        if "fp8_fused_attention" in setup:
+            from lightning_accel.habana.fp8_attention import use_fp8_fused_attention
+
+            handles.append(use_fp8_fused_attention(model, **setup["fp8_fused_attention"]))
         if "fp8_minimize_memory" in setup:
             _minimize_fp8_memory(model)
         if "zero3_leaf_promotion" in setup:
@@ -1040,17 +1046,45 @@ def _checkpoint(a: Mapping[str, Any]) -> dict[str, Any] | None:
     return settings
 
 
+def _check_fp8_attention(a: Mapping[str, Any]) -> None:
+    # optimum-habana swaps in fp8 attention only when it converts the model for fp8, and the SDK's fp8 attention
+    # trains only causal, non-recompute calls: anything else would do nothing, or fail at the first step on a Gaudi.
+    wrong = [
+        f"{name}={a[name]!r} (needs {need!r})"
+        for name, need in (
+            ("fp8", True),
+            ("attn_implementation", "gaudi_fused_sdpa"),
+            ("flash_attention_causal_mask", True),
+            ("flash_attention_recompute", False),
+        )
+        if a[name] != need
+    ]
+    if wrong:
+        raise _refuse(
+            f"training_args: flash_attention_fp8=True with {', '.join(wrong)}: fp8 attention runs only when the model "
+            "trains in fp8 (optimum-habana ignores it otherwise), through FusedSDPA's fp8 kernel, and the SDK trains "
+            "it causally (the mask dropped) and without recompute. Accepted: fp8=True, attn_implementation="
+            "'gaudi_fused_sdpa', flash_attention_causal_mask=True, flash_attention_recompute=False; or drop "
+            "flash_attention_fp8."
+        )
+
+
 def _model(run: OptimumImport, a: Mapping[str, Any]) -> None:
     attention = a["attn_implementation"]
     flash = {
         n: a[n] for n in ("flash_attention_recompute", "flash_attention_fast_softmax", "flash_attention_causal_mask")
     }
-    if attention == "gaudi_fused_sdpa":
+    softmax_mode = "fast" if flash["flash_attention_fast_softmax"] else "None"
+    if a["flash_attention_fp8"]:
+        _check_fp8_attention(a)
+        run.model_kwargs["attn_implementation"] = "sdpa"
+        run.model_setup["fp8_fused_attention"] = {"softmax_mode": softmax_mode}
+    elif attention == "gaudi_fused_sdpa":
         run.model_kwargs["attn_implementation"] = "sdpa"
         run.model_setup["fused_sdpa"] = {
             "recompute": bool(flash["flash_attention_recompute"]),
             "causal": bool(flash["flash_attention_causal_mask"]),
-            "softmax_mode": "fast" if flash["flash_attention_fast_softmax"] else "None",
+            "softmax_mode": softmax_mode,
         }
     elif attention in ("eager", "sdpa", None):
         run.model_kwargs["attn_implementation"] = attention or "eager"

@@ -470,15 +470,15 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
     _m(_T, "flash_attention_recompute", False, "use_fused_sdpa(recompute=...) (with gaudi_fused_sdpa)"),
     _m(_T, "flash_attention_fast_softmax", False, "use_fused_sdpa(softmax_mode='fast') (with gaudi_fused_sdpa)"),
     _m(_T, "flash_attention_causal_mask", False, "use_fused_sdpa(causal=True) (with gaudi_fused_sdpa)"),
-    _r(
+    _m(
         _T,
         "flash_attention_fp8",
         False,
-        f"fp8 FusedSDPA (the SDK's transformer_engine.FusedAttention) is {_NOT_YET}: the emulator now has "
-        "FusedAttention and its fp8 attention kernel, but precision 'fp8' and prepare_model do not yet route a "
-        "model's attention calls to FusedAttention layers of their own (and the SDK trains them in fp8 only with a "
-        "causal mask and flash_attention_recompute=False, HYBRID on Gaudi3 only); attn_implementation="
-        "'gaudi_fused_sdpa' runs FusedSDPA in bf16",
+        "prepare_model(model) applies use_fp8_fused_attention: each attention layer gets the SDK's "
+        "transformer_engine.FusedAttention, in fp8 inside precision 'fp8'",
+        "needs fp8=True, attn_implementation='gaudi_fused_sdpa', flash_attention_causal_mask=True and "
+        "flash_attention_recompute=False (the SDK trains fp8 attention causally and without recompute; optimum-habana "
+        "does nothing with it without fp8); transformers causal LMs",
     ),
     _m(
         _T,
