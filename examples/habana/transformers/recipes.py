@@ -58,6 +58,11 @@ class TrainingArguments:
     max_grad_norm: float = 1.0
     seed: int = 42
     bf16: bool = False
+    fp8: bool = False
+    attn_implementation: str = "eager"
+    flash_attention_recompute: bool = False
+    flash_attention_causal_mask: bool = False
+    flash_attention_fp8: bool = False
     use_lazy_mode: bool = True
     use_hpu_graphs_for_training: bool = False
     torch_compile: bool = False
@@ -251,6 +256,10 @@ class RecipeCLI(OptimumHabanaCLI):
             "train": self.optimum.dataloader_kwargs("train"),
             "eval": self.optimum.dataloader_kwargs("eval"),
         }
+        # The model was built before the import: it takes the import's attention now ("sdpa" for gaudi_fused_sdpa).
+        attention = self.optimum.model_kwargs.get("attn_implementation")
+        if attention and attention != self.model.model.config._attn_implementation:
+            self.model.model.set_attn_implementation(attention)
         if self.optimum.model_setup:
             self.optimum.prepare_model(self.model.model)
         return trainer
@@ -269,6 +278,7 @@ class RecipeCLI(OptimumHabanaCLI):
             "precision": str(getattr(trainer.precision_plugin, "precision", "")),
             "optimizer": type(trainer.optimizers[0]).__name__ if trainer.optimizers else None,
             "lazy": bool(sdk.htcore.is_lazy()),
+            "attention": self.model.model.config._attn_implementation,
             "steps": trainer.global_step,
             "losses": self.model.losses,
             "step_times": self.model.step_times,

@@ -92,6 +92,14 @@ def test_causal_lm_hpu_graphs_for_training_learns(tmp_path: Path) -> None:
     _falls(result["losses"])
 
 
+def test_causal_lm_fp8_trains_its_attention_in_fp8(tmp_path: Path) -> None:
+    result = _recipe("run_clm.py", "fp8", tmp_path)
+    assert result["precision"] == "fp8"
+    # Every attention layer goes through its own FusedAttention (the model was built before the import gave it).
+    assert result["attention"] == "lightning_accel_fp8_fused_sdpa"
+    _falls(result["losses"])
+
+
 @pytest.mark.slow
 def test_causal_lm_fsdp2_on_two_hpus_learns(tmp_path: Path) -> None:
     result = _recipe("run_clm.py", "fsdp2", tmp_path)
