@@ -8,8 +8,9 @@ On Gaudi with a real model (downloaded from the Hub by transformers):
 
     PT_HPU_LAZY_MODE=1 python run_clm.py fit --config configs/clm_gpt2.yaml --config configs/lazy.yaml
 
-The variants (configs/lazy.yaml, eager.yaml, compile.yaml, hpu_graphs.yaml, deepspeed_zero3.yaml, fsdp2.yaml, fp8.yaml) set
-only ``--training.*`` (optimum-habana's training arguments) and the Trainer's devices; README.md lists them.
+The variants (configs/lazy.yaml, eager.yaml, compile.yaml, hpu_graphs.yaml, deepspeed_zero3.yaml, fsdp2.yaml,
+fp8.yaml) set only ``--training.*`` (optimum-habana's training arguments) and the Trainer's devices; README.md lists
+them.
 """
 
 from __future__ import annotations
