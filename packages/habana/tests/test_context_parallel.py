@@ -22,8 +22,8 @@ def _launch(out: Path, cp: int, devices: int, *options: str, lazy: str = "0") ->
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
-def _run(out: Path, cp: int, devices: int, lazy: str = "0") -> list[dict[str, Any]]:
-    done = _launch(out, cp, devices, lazy=lazy)
+def _run(out: Path, cp: int, devices: int, *options: str, lazy: str = "0") -> list[dict[str, Any]]:
+    done = _launch(out, cp, devices, *options, lazy=lazy)
     assert done.returncode == 0, done.stderr[-4000:]
     return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(devices)]
 
@@ -48,6 +48,16 @@ def test_losses_at_cp2_equal_the_unsplit_run(unsplit: dict[str, Any], tmp_path: 
     assert unsplit["losses"][0] != unsplit["losses"][2]  # it trained
     for name, weight in split[0]["state_dict"].items():
         assert torch.equal(weight, split[1]["state_dict"][name]), name  # the ranks never drift apart
+
+
+def test_fused_sdpa_attends_over_the_group_on_the_sdks_kernel(unsplit: dict[str, Any], tmp_path: Path) -> None:
+    # optimum-habana's gaudi_fused_sdpa with context_parallel_size=2: each rank's slice attends over the gathered keys
+    # and values on FusedSDPA, with the causal mask moved to the slice's start.
+    split = _run(tmp_path / "cp2", 2, 2, "--fused-sdpa")
+    for rank in split:
+        torch.testing.assert_close(rank["losses"], unsplit["losses"], rtol=1e-5, atol=0)
+        # Every attention call (2 layers, 3 steps) went through the group, and on the SDK's kernel.
+        assert rank["routed_calls"] == rank["fused_calls"] == 2 * 3
 
 
 @pytest.mark.parametrize(

@@ -691,3 +691,14 @@ def test_context_parallel_size_refuses_what_it_cannot_join() -> None:
         import_optimum_habana(None, {"context_parallel_size": 2, "fsdp": "full_shard"})
     with pytest.raises(ConfigurationError, match=r"context_parallel_size=2 with torch_compile=True is not supported"):
         import_optimum_habana(None, {"context_parallel_size": 2, "torch_compile": True, "use_lazy_mode": False})
+    fp8_attention = {
+        "fp8": True,
+        "attn_implementation": "gaudi_fused_sdpa",
+        "flash_attention_causal_mask": True,
+        "flash_attention_fp8": True,
+    }
+    with pytest.raises(ConfigurationError, match=r"context_parallel_size=2 with flash_attention_fp8=True is not"):
+        import_optimum_habana(None, {"context_parallel_size": 2, **fp8_attention})
+    # FusedSDPA (gaudi_fused_sdpa) attends over the group: accepted.
+    run = import_optimum_habana(None, {"context_parallel_size": 2, "attn_implementation": "gaudi_fused_sdpa"})
+    assert run.strategy[0] == "context_parallel" and "fused_sdpa" in run.model_setup

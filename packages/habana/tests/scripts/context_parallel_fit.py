@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--model-loss", action="store_true")
     parser.add_argument("--no-split", action="store_true")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--fused-sdpa", action="store_true")
     args = parser.parse_args()
     seed_everything(7)
     tokens = torch.randint(0, 96, (12, args.length), generator=torch.Generator().manual_seed(3))
@@ -93,6 +94,18 @@ def main() -> None:
     )
     # Built after the Trainer: a transformers model built first leaves lazy mode's barrier without a device.
     module = CausalLM(args.attention, args.model_loss, not args.no_split)
+    fused_calls = [0]
+    if args.fused_sdpa:  # optimum-habana's attn_implementation="gaudi_fused_sdpa"
+        from lightning_accel.habana import fused, use_fused_sdpa
+
+        use_fused_sdpa(module.model, recompute=False, causal=True)
+        kernel = fused._apply
+
+        def counted(*call: Any, **options: Any) -> torch.Tensor:  # the SDK's kernel really ran
+            fused_calls[0] += 1
+            return kernel(*call, **options)
+
+        fused._apply = counted
     if args.compile:  # refused: under compile transformers gives attention an explicit mask
         module.model.compile(backend="hpu_backend")
     trainer.fit(module, data)
@@ -101,6 +114,7 @@ def main() -> None:
         {
             "losses": module.losses,
             "routed_calls": cp.routed_calls,
+            "fused_calls": fused_calls[0],
             "state_dict": {k: v.detach().cpu() for k, v in module.state_dict().items()},
         },
         args.out / f"rank{trainer.global_rank}.pt",

@@ -11,12 +11,14 @@ the ``world_size // context_parallel_size`` groups, and DDP averages the gradien
 Attention is reached through :func:`torch.nn.functional.scaled_dot_product_attention`: while the strategy runs a step,
 a torch function mode (of this thread only, never the whole process) routes that function to the context-parallel
 version. transformers' models with ``attn_implementation="sdpa"`` (Llama, GPT-2 and others) and plain PyTorch models
-calling it are covered; a step in which no attention call was routed is refused.
+calling it are covered; a step in which no attention call was routed is refused. A model under
+:func:`~lightning_accel.habana.fused.use_fused_sdpa` (optimum-habana's ``gaudi_fused_sdpa``) hands its calls over
+with the SDK's FusedSDPA kernel, which then attends each slice over the gathered keys and values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,6 +30,7 @@ from typing_extensions import override
 
 from lightning_accel.core.errors import ConfigurationError
 
+from .fused import routed_through
 from .strategies.parallel import HPUParallelStrategy
 
 __all__ = ["ContextParallel", "HPUContextParallelStrategy"]
@@ -192,8 +195,27 @@ class ContextParallel:
     @contextmanager
     def _routed(self) -> Iterator[None]:
         # Unsplit (size 1): the model's own attention is already the right one; only count that it is reached.
-        with _CountAttention(self) if self.size == 1 else _RouteAttention(self):
+        # use_fused_sdpa's calls (optimum-habana's gaudi_fused_sdpa) come through routed_through with their kernel.
+        with _CountAttention(self) if self.size == 1 else _RouteAttention(self), routed_through(self._attend_fused):
             yield
+
+    def _attend_fused(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        dropout_p: float,
+        is_causal: bool,
+        scale: float | None,
+        enable_gqa: bool,
+        *,
+        kernel: Callable[..., torch.Tensor],
+    ) -> torch.Tensor:
+        if self.size == 1:
+            self.routed_calls += 1
+            return kernel(query, key, value, attn_mask, dropout_p, is_causal, scale)
+        return self._attend(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, kernel=kernel)
 
     def _attend(
         self,
@@ -205,6 +227,7 @@ class ContextParallel:
         is_causal: bool = False,
         scale: float | None = None,
         enable_gqa: bool = False,
+        kernel: Callable[..., torch.Tensor] | None = None,
     ) -> torch.Tensor:
         if attn_mask is not None or not is_causal:
             raise ConfigurationError(
@@ -238,6 +261,8 @@ class ContextParallel:
         # Causal from the slice's start: local query i sits at position rank * length + i of the whole sequence.
         rows = torch.arange(length, device=query.device) + self.rank * length
         allowed = torch.arange(key.shape[-2], device=query.device)[None, :] <= rows[:, None]
+        if kernel is not None:  # FusedSDPA, which groups the query heads by key heads itself
+            return kernel(query, key, value, allowed, dropout_p, False, scale)
         extra = {"enable_gqa": True} if enable_gqa else {}
         return F.scaled_dot_product_attention(
             query, key, value, attn_mask=allowed, dropout_p=dropout_p, scale=scale, **extra

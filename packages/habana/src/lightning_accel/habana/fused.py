@@ -25,7 +25,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import torch
@@ -41,6 +43,7 @@ __all__ = [
     "fused_clip_grad_norm_",
     "fused_optimizer",
     "fused_sdpa",
+    "routed_through",
     "use_fused_sdpa",
 ]
 
@@ -224,6 +227,27 @@ def _apply(
     return out
 
 
+#: Who computes the fused attention calls instead of the kernel alone (innermost last): context parallelism, which
+#: attends over its group's gathered keys and values, with the kernel it is given. A module global, not a thread's:
+#: torch.compile guards on it as on any global, and a step's attention runs on the thread that runs the step.
+_routes: list[Callable[..., torch.Tensor]] = []
+
+
+@contextmanager
+def routed_through(route: Callable[..., torch.Tensor]) -> Iterator[None]:
+    """While the block runs, :func:`use_fused_sdpa`'s calls go to ``route`` with their kernel.
+
+    ``route(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, kernel=...)`` computes the
+    attention; ``kernel`` takes the first seven and runs the SDK's FusedSDPA with the handle's recompute and softmax
+    options.
+    """
+    _routes.append(route)
+    try:
+        yield
+    finally:
+        _routes.remove(route)
+
+
 class FusedSDPAHandle:
     """What :func:`use_fused_sdpa` returns: ``remove()`` (or leaving its ``with`` block) restores torch's SDPA.
 
@@ -339,6 +363,9 @@ def use_fused_sdpa(
         # FusedSDPA groups query heads by key heads itself: enable_gqa needs nothing more.
         if causal:
             is_causal, attn_mask = True, None
+        if _routes:
+            kernel = partial(_apply, recompute=recompute, softmax_mode=softmax_mode)
+            return _routes[-1](query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, kernel=kernel)
         return _apply(query, key, value, attn_mask, dropout_p, is_causal, scale, recompute, softmax_mode)
 
     return FusedSDPAHandle(module, scaled_dot_product_attention)

@@ -981,6 +981,12 @@ def _context_parallel(run: OptimumImport, a: Mapping[str, Any], deepspeed: bool)
             "parallelism runs in eager and lazy mode only (under torch.compile transformers gives attention an "
             "explicit causal mask, which the split cannot offset). Drop one of them."
         )
+    if a["flash_attention_fp8"]:
+        raise _refuse(
+            f"training_args: context_parallel_size={size} with flash_attention_fp8=True is not supported yet (issue "
+            "46): the split attends over the group's keys and values on FusedSDPA (attn_implementation="
+            "'gaudi_fused_sdpa') or torch's SDPA, not on the fp8 FusedAttention layers. Drop one of them."
+        )
     run.strategy = ("context_parallel", {**run.strategy[1], "context_parallel_size": size})
 
 
