@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import os
 import subprocess
 import sys
@@ -56,6 +57,11 @@ MAPPED: dict[str, tuple[Any, dict[str, Any], Check]] = {
     "num_train_epochs": (5, {}, lambda r: r.trainer["max_epochs"] == 5),
     "max_steps": (7, {}, lambda r: r.trainer.get("max_steps") == 7 and r.trainer["max_epochs"] == -1),
     "lr_scheduler_type": ("cosine", {}, lambda r: r.scheduler["name"] == "cosine"),
+    "lr_scheduler_kwargs": (
+        {"num_cycles": 2},
+        {"lr_scheduler_type": "cosine_with_restarts"},
+        lambda r: r.scheduler["kwargs"] == {"num_cycles": 2},
+    ),
     "warmup_ratio": (0.1, {}, lambda r: r.scheduler["warmup_ratio"] == 0.1),
     "warmup_steps": (10, {}, lambda r: r.scheduler["warmup_steps"] == 10),
     "logging_dir": ("logs", {"report_to": "tensorboard"}, lambda r: r.logger == ("tensorboard", "logs")),
@@ -377,6 +383,64 @@ def test_scheduler_follows_the_hugging_face_shapes(tmp_path: Path) -> None:
         scheduler.step()
     assert factors[:3] == pytest.approx([0.0, 0.5, 1.0])
     assert factors[-1] == pytest.approx(1 / 8)
+
+
+def _learning_rates(run: OptimumImport, steps: int) -> list[float]:
+    import torch
+    from lightning.pytorch import LightningModule
+
+    class FakeTrainer:
+        estimated_stepping_batches = steps
+
+    module = LightningModule()
+    module.layer = torch.nn.Linear(2, 2)
+    module.trainer = FakeTrainer()  # type: ignore[assignment]
+    configured = run.configure_optimizers(module)
+    optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
+    rates = []
+    for _ in range(steps):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+@pytest.mark.parametrize(
+    ("kind", "kwargs", "expected"),
+    [
+        # Two cosine cycles over 10 steps: back at the full rate at step 5.
+        ("cosine_with_restarts", {"num_cycles": 2}, lambda s: 0.5 * (1 + math.cos(math.pi * ((2 * s / 10) % 1)))),
+        # (1 - s/10)^2 from 1e-2 down to lr_end.
+        ("polynomial", {"power": 2.0, "lr_end": 1e-4}, lambda s: ((1 - s / 10) ** 2 * (1e-2 - 1e-4) + 1e-4) / 1e-2),
+        # Half a cosine that ends at a tenth of the rate.
+        ("cosine_with_min_lr", {"min_lr_rate": 0.1}, lambda s: 0.5 * (1 + math.cos(math.pi * s / 10)) * 0.9 + 0.1),
+    ],
+    ids=["cosine_with_restarts", "polynomial", "cosine_with_min_lr"],
+)
+def test_scheduler_kwargs_shape_the_schedule_as_transformers_does(
+    kind: str, kwargs: dict[str, Any], expected: Callable[[int], float], tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    fields = {"learning_rate": 1e-2, "lr_scheduler_type": kind, "lr_scheduler_kwargs": kwargs}
+    rates = _learning_rates(import_optimum_habana(None, fields, workdir=tmp_path), 10)
+    assert rates == pytest.approx([1e-2 * expected(s) for s in range(10)])
+
+
+def test_scheduler_arguments_transformers_would_refuse_are_refused_at_import() -> None:
+    pytest.importorskip("transformers")
+    with pytest.raises(ConfigurationError) as raised:
+        import_optimum_habana(None, {"lr_scheduler_type": "cosine", "lr_scheduler_kwargs": {"cycles": 2}})
+    message = str(raised.value)
+    assert "lr_scheduler_type='cosine' with lr_scheduler_kwargs={'cycles': 2}: transformers' get_scheduler refuses" in (
+        message
+    )
+    assert "'cycles'" in message
+    with pytest.raises(ConfigurationError, match=r"lr_scheduler_type='reduce_lr_on_plateau' steps on an evaluation"):
+        import_optimum_habana(None, {"lr_scheduler_type": "reduce_lr_on_plateau"})
+    with pytest.raises(ConfigurationError, match=r"lr_scheduler_type='bogus' with lr_scheduler_kwargs=\{\}: transf"):
+        import_optimum_habana(None, {"lr_scheduler_type": "bogus"})
+    with pytest.raises(ConfigurationError, match=r"lr_scheduler_kwargs=\[2\] is not accepted. Accepted: a dict"):
+        import_optimum_habana(None, {"lr_scheduler_kwargs": [2]})
 
 
 def test_a_weight_shared_by_two_modules_is_optimized_once(tmp_path: Path) -> None:

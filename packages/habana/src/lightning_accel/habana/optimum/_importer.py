@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 __all__ = ["OptimumImport", "import_optimum_habana", "read_fields"]
 
 _OPTIMIZERS = {"adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_hf": "adamw", "sgd": "sgd"}
+# The shapes built here without transformers (with no lr_scheduler_kwargs); the others come from transformers.
 _SCHEDULERS = ("linear", "constant", "constant_with_warmup", "cosine")
+# transformers' schedulers that step on an evaluation metric, not on the step count.
+_METRIC_SCHEDULERS = ("reduce_lr_on_plateau", "greedy")
 _FSDP_SHARDING = {
     "full_shard": "FULL_SHARD",
     "shard_grad_op": "SHARD_GRAD_OP",
@@ -471,7 +474,15 @@ class OptimumImport:
             optimizer = torch.optim.AdamW(groups, lr=settings["lr"], betas=settings["betas"], eps=settings["eps"])
         total = int(module.trainer.estimated_stepping_batches)
         warmup = self.scheduler["warmup_steps"] or math.ceil(self.scheduler["warmup_ratio"] * total)
-        kind = self.scheduler["name"]
+        kind, kwargs = self.scheduler["name"], self.scheduler.get("kwargs") or {}
+        if kind not in _SCHEDULERS or kwargs:
+            # The other shapes, and arguments, as the Hugging Face Trainer builds them: transformers' own function.
+            from transformers import get_scheduler
+
+            built = get_scheduler(
+                kind, optimizer, num_warmup_steps=warmup, num_training_steps=total, scheduler_specific_kwargs=kwargs
+            )
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": built, "interval": "step"}}
 
         def factor(step: int) -> float:
             if kind == "constant":
@@ -839,15 +850,11 @@ def _build(config_given: dict[str, Any], args_given: dict[str, Any], workdir: An
         "weight_decay": float(a["weight_decay"]),
         "fused": bool(c["use_fused_adam"]),
     }
-    if a["lr_scheduler_type"] not in _SCHEDULERS:
-        raise _refuse(
-            f"training_args: lr_scheduler_type={a['lr_scheduler_type']!r} is not supported yet ({ISSUE}). Accepted: "
-            f"{', '.join(_SCHEDULERS)}."
-        )
     run.scheduler = {
         "name": a["lr_scheduler_type"],
         "warmup_steps": int(a["warmup_steps"]),
         "warmup_ratio": float(a["warmup_ratio"]),
+        "kwargs": _scheduler_kwargs(a["lr_scheduler_type"], a["lr_scheduler_kwargs"], run.optimizer["lr"]),
     }
     for split, size, alias in (
         ("train", "per_device_train_batch_size", "per_gpu_train_batch_size"),
@@ -1050,6 +1057,45 @@ def _checkpoint(a: Mapping[str, Any]) -> dict[str, Any] | None:
     else:
         settings["save_top_k"] = -1
     return settings
+
+
+def _scheduler_kwargs(kind: Any, given: Any, lr: float) -> dict[str, Any]:
+    """The scheduler's arguments, refused here when transformers' ``get_scheduler`` would refuse them at the run."""
+    if given is None:
+        given = {}
+    if not isinstance(given, Mapping):
+        raise _refuse(
+            f"training_args: lr_scheduler_kwargs={given!r} is not accepted. Accepted: a dict of the scheduler's "
+            "keyword arguments (e.g. {'num_cycles': 2} for 'cosine_with_restarts')."
+        )
+    kwargs = dict(given)
+    if kind in _SCHEDULERS and not kwargs:
+        return kwargs
+    if kind in _METRIC_SCHEDULERS:
+        raise _refuse(
+            f"training_args: lr_scheduler_type={kind!r} steps on an evaluation metric, which the Hugging Face Trainer "
+            "feeds it itself. In Lightning return torch.optim.lr_scheduler.ReduceLROnPlateau from configure_optimizers "
+            "with 'monitor': 'eval_loss' (or your metric) in its lr_scheduler dict."
+        )
+    try:
+        import torch
+        from transformers import get_scheduler
+    except ImportError:
+        raise _refuse(
+            f"training_args: lr_scheduler_type={kind!r} with lr_scheduler_kwargs={kwargs!r} is built by transformers' "
+            "get_scheduler, as the Hugging Face Trainer builds it, and transformers is not installed. Install "
+            f"transformers, or use one of {', '.join(_SCHEDULERS)} without lr_scheduler_kwargs."
+        ) from None
+    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    try:
+        get_scheduler(kind, probe, num_warmup_steps=1, num_training_steps=10, scheduler_specific_kwargs=kwargs)
+    except (TypeError, ValueError) as exc:
+        raise _refuse(
+            f"training_args: lr_scheduler_type={kind!r} with lr_scheduler_kwargs={kwargs!r}: transformers' "
+            f"get_scheduler refuses them: {exc}. Accepted: a transformers SchedulerType and the keyword arguments of "
+            "its schedule function (transformers.optimization)."
+        ) from exc
+    return kwargs
 
 
 def _check_fp8_attention(a: Mapping[str, Any]) -> None:

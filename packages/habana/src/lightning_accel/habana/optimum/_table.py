@@ -156,9 +156,17 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
         _T,
         "lr_scheduler_type",
         "linear",
-        "the scheduler of configure_optimizers(): 'linear', 'constant', 'constant_with_warmup', 'cosine'",
+        "the scheduler of configure_optimizers(): 'linear', 'constant', 'constant_with_warmup', 'cosine'; the "
+        "other transformers schedules from transformers' get_scheduler (the metric-driven 'reduce_lr_on_plateau' "
+        "and 'greedy' refused)",
     ),
-    _r(_T, "lr_scheduler_kwargs", {}, f"scheduler arguments are {_NOT_YET}"),
+    _m(
+        _T,
+        "lr_scheduler_kwargs",
+        {},
+        "the scheduler's arguments, given to transformers' get_scheduler(scheduler_specific_kwargs=...) as the "
+        "Hugging Face Trainer gives them; checked at import",
+    ),
     _m(_T, "warmup_ratio", 0.0, "scheduler warm-up: ceil(ratio * total steps)"),
     _m(_T, "warmup_steps", 0, "scheduler warm-up steps (wins over warmup_ratio)"),
     _i(_T, "log_level", "passive", "the verbosity of transformers' logger; Lightning logs through Python's logging"),
@@ -311,7 +319,14 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
     _i(_T, "push_to_hub_organization", None, _HUB),
     _i(_T, "push_to_hub_token", None, _HUB),
     _r(_T, "mp_parameters", "", "SageMaker model parallelism; optimum-habana refuses it too"),
-    _r(_T, "auto_find_batch_size", False, f"{_NOT_YET}: HPU out-of-memory recognition for Tuner.scale_batch_size"),
+    _r(
+        _T,
+        "auto_find_batch_size",
+        False,
+        "its restart of the training loop with a smaller batch after an out-of-memory error has no Lightning "
+        "equivalent: find the size before the run with Tuner(trainer).scale_batch_size(module), which recognises "
+        "Gaudi's out-of-memory error, and set per_device_train_batch_size to it",
+    ),
     _m(_T, "full_determinism", False, "Trainer(deterministic=True)"),
     _r(_T, "torchdynamo", None, "deprecated by transformers: use torch_compile"),
     _i(_T, "ray_scope", "last", "hyperparameter search with Ray Tune, not a training setting"),
