@@ -63,6 +63,7 @@ MAPPED: dict[str, tuple[Any, dict[str, Any], Check]] = {
         lambda r: r.scheduler["kwargs"] == {"num_cycles": 2},
     ),
     "warmup_ratio": (0.1, {}, lambda r: r.scheduler["warmup_ratio"] == 0.1),
+    "load_best_model_at_end": (True, {"eval_strategy": "epoch", "save_strategy": "epoch"}, lambda r: r.load_best),
     "warmup_steps": (10, {}, lambda r: r.scheduler["warmup_steps"] == 10),
     "logging_dir": ("logs", {"report_to": "tensorboard"}, lambda r: r.logger == ("tensorboard", "logs")),
     "logging_strategy": ("no", {}, lambda r: r.logger == "off"),
@@ -582,6 +583,53 @@ def test_gpt2_config_and_arguments_fit_two_steps(lazy_mode: None, tmp_path: Path
     assert type(trainer.optimizers[0]).__name__ == "FusedAdamW"
     assert any(isinstance(c, HPUGraphs) and c.stages == ("validate", "test", "predict") for c in trainer.callbacks)
     assert trainer.gradient_clip_val == 1.0 and trainer.max_epochs == -1
+
+
+def test_load_best_model_at_end_ends_fit_on_the_best_checkpoints_weights(eager_mode: None, tmp_path: Path) -> None:
+    import torch
+    from lightning.pytorch import Trainer
+    from torch.utils.data import DataLoader
+
+    arguments = {
+        "output_dir": str(tmp_path),
+        "use_habana": True,
+        "use_lazy_mode": False,
+        "learning_rate": 1e-1,
+        "max_steps": 3,
+        "eval_strategy": "steps",
+        "eval_steps": 1,
+        "save_strategy": "steps",
+        "save_steps": 1,
+        "load_best_model_at_end": True,
+        "report_to": "none",
+    }
+    run = import_optimum_habana(None, arguments)
+    assert run.checkpoint is not None and (run.checkpoint["monitor"], run.checkpoint["mode"]) == ("eval_loss", "min")
+    module = _tiny_lm(run)
+    scores = iter([0.5, 0.1, 0.9])  # the evaluation after step 2 is the best
+    weights: list[torch.Tensor] = []
+
+    def validation_step(batch: Any, batch_idx: int) -> None:
+        if batch_idx == 0 and not module.trainer.sanity_checking:
+            weights.append(module.head.weight.detach().cpu().clone())
+            module.log("eval_loss", next(scores))
+
+    module.validation_step = validation_step  # type: ignore[method-assign]
+    trainer = Trainer(**{**run.trainer_kwargs(devices=1), "enable_progress_bar": False, "logger": False})
+    tokens = DataLoader(_tokens(), **run.dataloader_kwargs("train"))
+    trainer.fit(module, tokens, DataLoader(_tokens(), batch_size=32))
+
+    assert len(weights) == 3 and not torch.equal(weights[1], weights[2])
+    assert trainer.checkpoint_callback.best_model_path.endswith("step=2.ckpt")
+    torch.testing.assert_close(module.head.weight.detach().cpu(), weights[1], rtol=0, atol=0)
+
+
+def test_load_best_model_at_end_needs_the_evaluations_it_ranks() -> None:
+    with pytest.raises(ConfigurationError, match=r"load_best_model_at_end=True with save_strategy='steps' and eval_"):
+        import_optimum_habana(None, {"load_best_model_at_end": True, "save_strategy": "steps"})
+    with pytest.raises(ConfigurationError, match=r"save_steps=3 not a multiple of eval_steps=2"):
+        fields = {"eval_strategy": "steps", "eval_steps": 2, "save_strategy": "steps", "save_steps": 3}
+        import_optimum_habana(None, {"load_best_model_at_end": True, **fields})
 
 
 @pytest.mark.filterwarnings("ignore::jsonargparse._deprecated.JsonargparseDeprecationWarning")

@@ -169,6 +169,8 @@ class OptimumImport:
             ``throughput_warmup_steps`` times ``gradient_accumulation_steps``, as optimum-habana counts them.
         validate_in_fit: Whether ``fit`` validates (``eval_strategy`` other than ``"no"``); ``trainer.validate``
             runs either way.
+        load_best: Whether the model takes the weights of the best checkpoint when ``fit`` ends
+            (``load_best_model_at_end``).
         workdir: Where operator list files are written.
         given: The fields read, per source.
 
@@ -207,6 +209,7 @@ class OptimumImport:
     throughput_warmup_batches: int = 0
     warmup: dict[str, Any] = dataclasses.field(default_factory=dict)
     validate_in_fit: bool = False
+    load_best: bool = False
     workdir: Path = Path(".")
     given: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     _prepared: set[int] = dataclasses.field(default_factory=set, repr=False)
@@ -299,6 +302,8 @@ class OptimumImport:
             found.append(_PreparedCheck(self))
         if not self.validate_in_fit:
             found.append(_NoValidationInFit())
+        if self.load_best:
+            found.append(_LoadBestAtEnd())
         if self.dynamo is not None:
             from lightning_accel.habana.dynamo_settings import DynamoSettings
 
@@ -616,6 +621,34 @@ class _NoValidationInFit:
         return NoValidationInFit()
 
 
+class _LoadBestAtEnd:
+    """``load_best_model_at_end``: when ``fit`` ends, the model takes the weights of the best checkpoint."""
+
+    def __new__(cls) -> Any:
+        from lightning.pytorch import Callback
+        from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+        class LoadBestAtEnd(Callback):
+            def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+                checkpoint = trainer.checkpoint_callback
+                path = getattr(checkpoint, "best_model_path", "")
+                if not path:
+                    monitor = getattr(checkpoint, "monitor", None)
+                    rank_zero_warn(
+                        f"load_best_model_at_end: no checkpoint was ranked by {monitor!r} (the module never logged it "
+                        "in validation?), so the model keeps the weights of its last step. Log that metric in "
+                        "validation_step, or set metric_for_best_model to a metric it logs."
+                    )
+                    return
+                loaded = trainer.strategy.load_checkpoint(path)
+                trainer.strategy.load_model_state_dict(loaded)
+                rank_zero_info(
+                    f"load_best_model_at_end: loaded {path} ({checkpoint.monitor}={float(checkpoint.best_model_score)})"
+                )
+
+        return LoadBestAtEnd()
+
+
 class _PreparedCheck:
     """Refuse a fit whose model was never given to ``prepare_model`` while the arguments ask something of it."""
 
@@ -831,6 +864,7 @@ def _build(config_given: dict[str, Any], args_given: dict[str, Any], workdir: An
         trainer["deterministic"] = True
     run.logger = _logger(a)
     run.checkpoint = _checkpoint(a)
+    run.load_best = _load_best(a, run.checkpoint)
     run.seed = a["seed"]
 
     # Optimizer, scheduler, data, model, profiler.
@@ -1045,18 +1079,46 @@ def _checkpoint(a: Mapping[str, Any]) -> dict[str, Any] | None:
             f"training_args: save_strategy={strategy!r} is not supported yet ({ISSUE}). Accepted: 'no', 'steps', "
             "'epoch' (with metric_for_best_model to keep the best)."
         )
-    metric = a["metric_for_best_model"]
+    # transformers' default metric when the best model is loaded at the end: the evaluation loss.
+    metric = a["metric_for_best_model"] or ("eval_loss" if a["load_best_model_at_end"] else None)
     limit = a["save_total_limit"]
     if metric:
         greater = a["greater_is_better"]
         if greater is None:
             greater = not str(metric).endswith("loss")
         settings.update(monitor=str(metric), mode="max" if greater else "min", save_top_k=limit or 1)
+        # transformers ranks a checkpoint by the evaluation of the same step. A step-triggered ModelCheckpoint would
+        # rank it by the evaluation before (Lightning validates after the batch's callbacks): save after each
+        # evaluation instead, ModelCheckpoint's own way with a monitored metric.
+        settings.pop("every_n_train_steps", None)
+        settings["every_n_epochs"] = 1
     elif limit:
         settings.update(monitor="step", mode="max", save_top_k=int(limit))
     else:
         settings["save_top_k"] = -1
     return settings
+
+
+def _load_best(a: Mapping[str, Any], checkpoint: dict[str, Any] | None) -> bool:
+    """``load_best_model_at_end``, refused where transformers refuses it (its checkpoint monitors the metric)."""
+    if not a["load_best_model_at_end"]:
+        return False
+    save, evaluate = a["save_strategy"], a["eval_strategy"]
+    # transformers' own checks (TrainingArguments.__post_init__): the best is chosen among the saved evaluations.
+    if checkpoint is None or save != evaluate:
+        raise _refuse(
+            f"training_args: load_best_model_at_end=True with save_strategy={save!r} and eval_strategy={evaluate!r}: "
+            "the best model is chosen among checkpoints saved when the model was evaluated. Accepted: save_strategy "
+            "and eval_strategy both 'steps' or both 'epoch'."
+        )
+    eval_steps = a["eval_steps"] or a["logging_steps"]
+    if save == "steps" and int(a["save_steps"]) % int(eval_steps):
+        raise _refuse(
+            f"training_args: load_best_model_at_end=True with save_steps={a['save_steps']!r} not a multiple of "
+            f"eval_steps={eval_steps!r}: a checkpoint would be saved without an evaluation to rank it. Accepted: "
+            "save_steps a round multiple of eval_steps."
+        )
+    return True
 
 
 def _scheduler_kwargs(kind: Any, given: Any, lr: float) -> dict[str, Any]:

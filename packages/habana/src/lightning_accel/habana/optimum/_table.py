@@ -235,13 +235,21 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
     _m(_T, "disable_tqdm", None, "Trainer(enable_progress_bar=not disable_tqdm)"),
     _i(_T, "remove_unused_columns", True, "column dropping of Hugging Face datasets; your collate function decides"),
     _r(_T, "label_names", None, "tells the Hugging Face loop which batch keys are labels; your training_step does"),
-    _r(
+    _m(
         _T,
         "load_best_model_at_end",
         False,
-        f"{_NOT_YET}: load trainer.checkpoint_callback.best_model_path after fit",
+        "a callback loads trainer.checkpoint_callback.best_model_path into the model when fit ends (monitoring "
+        "eval_loss, min, without metric_for_best_model)",
+        "needs save_strategy equal to eval_strategy, and save_steps a multiple of eval_steps, as transformers checks",
     ),
-    _m(_T, "metric_for_best_model", None, "ModelCheckpoint(monitor=...): the name your module logs"),
+    _m(
+        _T,
+        "metric_for_best_model",
+        None,
+        "ModelCheckpoint(monitor=...): the name your module logs; checkpoints are then saved after each evaluation, "
+        "ranked by its value",
+    ),
     _m(_T, "greater_is_better", None, "ModelCheckpoint(mode='max' / 'min')"),
     _r(_T, "ignore_data_skip", False, _HF_LOOP),
     _m(
