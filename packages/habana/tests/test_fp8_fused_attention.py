@@ -221,3 +221,19 @@ def test_the_importer_refuses_fp8_attention_that_would_not_run() -> None:
         warnings.simplefilter("error")
         run = import_optimum_habana(None, {**base, "flash_attention_fast_softmax": True})
     assert run.model_setup["fp8_fused_attention"] == {"softmax_mode": "fast"}
+
+
+def test_compiled_fp8_attention_computes_what_eager_does(eager_mode: None) -> None:
+    # The SDK's fp8 casts return dense tensors: a compiled graph that assumed the strides of a transposed key failed.
+    te = sdk.transformer_engine_module()
+    model = _llama(attn_implementation="sdpa").to("hpu")
+    HPUPrecisionPlugin("fp8").convert_modules(model, replace_layers=True)
+    handle = use_fp8_fused_attention(model)
+    ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(4)).to("hpu")
+    recipe = te.recipe.DelayedScaling()
+    losses = []
+    for run in (model, torch.compile(model, backend="hpu_backend")):
+        with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+            losses.append(run(ids, labels=ids).loss)
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=0)
+    assert handle.fp8_calls == 4

@@ -139,7 +139,10 @@ def _cast_to_fp8_v2(
     values = values.clamp(-limit, limit)
     if stochastic_rounding:
         values = _stochastic_round(values, dtype).clamp(-limit, limit)
-    casted = values.to(dtype)
+    # The SDK allocates its outputs dense, whatever the input's strides (its Python wrapper's torch.empty(input.shape)
+    # in transformer_engine's cpp_extensions): the same here, also for torch.compile, whose fake run of the operator
+    # must give the strides the real run gives.
+    casted = values.to(dtype).contiguous()
     if is_amax:
         amax = input.detach().abs().max().float()
     else:
@@ -154,7 +157,7 @@ def _cast_from_fp8(
         raise RuntimeError("CastFromFp8 output dtype must be equal to float or bfloat16.")
     factor = _scale_tensor(scale, input, scale_shape, "CastFromFp8")
     values = input.float() if factor is None else input.float() * factor
-    return values.to(out_dtype)
+    return values.to(out_dtype).contiguous()
 
 
 def _operand(tensor: torch.Tensor, scale: Any, shape: list[int] | None, transpose: bool) -> torch.Tensor:
@@ -183,7 +186,7 @@ def _fp8_gemm_v2(
         out = out + bias.float()
     if accumulate and D is not None:
         out = out + D.float()
-    return out.to(out_dtype)
+    return out.to(out_dtype).contiguous()
 
 
 def _cast_to_fp8_hybrid(
