@@ -170,6 +170,21 @@ class GradientFusion:
             self._entries[i][0].grad = grad
             self._attached[i] = grad._version
 
+    def release_unwritten(self) -> None:
+        """After a backward pass that wrote none of the module's gradients: undo :meth:`prepare_backward`.
+
+        The gradients it gave back (zeroed) become None again, as the caller left them, so that an optimizer that
+        skips parameters without a gradient still skips them. Used by the Fabric strategy, where a backward pass may
+        reach only some of the modules set up.
+        """
+        assert self._entries is not None or not self._attached
+        for i, version in self._attached.items():
+            assert self._entries is not None and self._grads is not None
+            param, grad = self._entries[i][0], self._grads[i]
+            if param.grad is grad and grad._version == version:
+                param.grad = None
+        self._attached.clear()
+
     def _use_captured_gradients(self) -> None:
         # A replay reads the gradients' memory of the capture: check every gradient is still that memory.
         assert self._entries is not None and self._grads is not None
