@@ -140,7 +140,11 @@ def test_use_hpu_graphs_true_is_refused_at_setup_in_eager_mode(
         "since SDK 1.21), and HPU graphs are created in lazy mode only. Set PT_HPU_LAZY_MODE=1"
     )
     assert strategy.fusions == []
-    assert _strategy_without_peers(monkeypatch).setup_module(_net()) is not None  # None: no graphs in eager mode
+    default = _strategy_without_peers(monkeypatch)
+    net = default.setup_module(_net())  # use_hpu_graphs=None: no graphs in eager mode
+    assert default.fusions[0].use_hpu_graphs is False
+    with pytest.raises(ConfigurationError, match=r"setup_module: this Sequential was set up before, and a second"):
+        default.setup_module(net)
 
 
 def test_a_backward_pass_reduces_only_the_modules_it_reached_and_leaves_the_others_gradients_none(

@@ -19,6 +19,8 @@ from lightning.fabric.strategies import DDPStrategy
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_accel.core.errors import ConfigurationError
+
 from .._gradient_fusion import (
     GradientFusion,
     broadcast_from_rank_zero,
@@ -68,8 +70,15 @@ class _FusedBackward(DDPStrategy):
         """Leave the module unwrapped; broadcast its parameters and buffers from rank 0 so every rank starts equal.
 
         Raises:
-            ConfigurationError: For ``use_hpu_graphs=True`` in eager mode (before any collective).
+            ConfigurationError: For ``use_hpu_graphs=True`` in eager mode (before any collective), or a module set up
+                before (its gradients would be averaged twice per backward pass).
         """
+        if self._fusion_of(module) is not None:
+            raise ConfigurationError(
+                f"HPUFastDDPStrategy.setup_module: this {type(module).__name__} was set up before, and a second set-up "
+                "would average its gradients twice after each backward pass. Accepted: each module set up once; use "
+                "the module the first fabric.setup(...) returned."
+            )
         graphs = graphs_for_mode(_NAME, self.use_hpu_graphs)
         broadcast_from_rank_zero(module)
         self.fusions.append(GradientFusion(module, self.buffer_dtype, use_hpu_graphs=graphs))
