@@ -43,10 +43,18 @@ _ACCEPTED = (
 )
 
 
-def _gradient_state(module: torch.nn.Module) -> list[tuple[int, int] | None]:
+def _gradient_state(module: torch.nn.Module) -> list[tuple[Tensor, int] | None]:
     # Which gradient tensor each parameter has and its version counter: a backward pass that wrote a gradient
-    # changes one or the other (a new tensor, or an in-place accumulation).
-    return [None if p.grad is None else (id(p.grad), p.grad._version) for p in module.parameters()]
+    # changes one or the other (a new tensor, or an in-place accumulation). The tensors themselves, not their ids:
+    # held here, a replaced gradient cannot free its id for the new one.
+    return [None if p.grad is None else (p.grad, p.grad._version) for p in module.parameters()]
+
+
+def _unchanged(now: list[tuple[Tensor, int] | None], before: list[tuple[Tensor, int] | None]) -> bool:
+    return all(
+        a is b or (a is not None and b is not None and a[0] is b[0] and a[1] == b[1])
+        for a, b in zip(now, before, strict=True)
+    )
 
 
 class _FusedBackward(DDPStrategy):
@@ -96,7 +104,7 @@ class _FusedBackward(DDPStrategy):
         before = [_gradient_state(fusion.module) for fusion in self.fusions]
         super().backward(tensor, module, *args, **kwargs)
         for fusion, state in zip(self.fusions, before, strict=True):
-            if _gradient_state(fusion.module) == state:
+            if _unchanged(_gradient_state(fusion.module), state):
                 # Untouched: gradients given back for the graphs' sake return to None, as the user left them.
                 fusion.release_unwritten()
                 continue
