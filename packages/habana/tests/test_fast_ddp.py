@@ -329,3 +329,68 @@ def test_the_importer_refuses_what_fast_ddp_would_drop(fields: dict[str, Any], m
     assert str(raised.value).startswith(message)
     with pytest.raises(ConfigurationError, match=r"distribution_strategy='fsdp' is not accepted. Accepted: 'ddp'"):
         import_optimum_habana(None, {"distribution_strategy": "fsdp"})
+
+
+@pytest.mark.parametrize("accumulate", [1, 2], ids=["every-step", "accumulating"])
+def test_training_hpu_graphs_with_fast_ddp_packing_as_operations_give_the_same_gradients(
+    runs: _Runs, accumulate: int
+) -> None:
+    steps = ("--accumulate", str(accumulate))
+    without, _ = runs("--strategy", "fast_ddp", "--no-graphs", *steps, lazy="1")
+    graphed, _ = runs("--strategy", "fast_ddp", "--no-graphs", *steps, "--hpu-graphs-fit", lazy="1")
+    for rank in range(2):
+        run = graphed[rank]
+        # HPUGraphs engaged: one training graph (one batch shape; two with accumulation, one per micro-step) served
+        # all 6 training forwards; fast_ddp reduced once per update, without graphs of its own.
+        assert (run["training_graphs"], run["training_graph_calls"]) == (accumulate, 6)
+        assert (run["reductions"], run["hpu_graphs"], run["graph_captures"]) == (6 // accumulate, False, 0)
+        assert without[rank]["training_graphs"] is None
+        assert len(run["grads"]) == len(without[rank]["grads"]) == 6 // accumulate
+        for with_graphs, plain in zip(run["grads"], without[rank]["grads"], strict=True):
+            assert _same(with_graphs, plain)
+        assert _same(run["state_dict"], without[rank]["state_dict"])
+
+
+@pytest.mark.parametrize("use_hpu_graphs", [None, True], ids=["default", "true"])
+def test_training_hpu_graphs_with_fast_ddps_packing_graphs_are_refused_before_the_run(
+    lazy_mode: None, use_hpu_graphs: bool | None
+) -> None:
+    # Both would double every gradient after the first step (seen on the emulator: the packing graphs hand the
+    # training graph's static gradient tensors back to the parameters, and its replay adds the new gradient to itself).
+    from _habana_helpers import digits_classifier
+    from lightning.pytorch import Trainer
+
+    from lightning_accel.habana import HPUAccelerator, HPUFastDDPStrategy, HPUGraphs
+
+    strategy = HPUFastDDPStrategy(parallel_devices=[torch.device("hpu")] * 2, use_hpu_graphs=use_hpu_graphs)
+    graphs = HPUGraphs(stages=("fit",))
+    trainer = Trainer(accelerator=HPUAccelerator(), strategy=strategy, devices=2, callbacks=[graphs], logger=False)
+    with pytest.raises(ConfigurationError) as refused:
+        graphs.setup(trainer, digits_classifier(), "fit")
+    assert str(refused.value) == (
+        f"HPUGraphs(stages=('fit',)) with HPUFastDDPStrategy(use_hpu_graphs={use_hpu_graphs!r}) is not accepted: in "
+        "lazy mode fast_ddp packs the gradients with HPU graphs that keep the gradient tensors they captured, which "
+        "are the training graph's own static gradient tensors (ModuleCacher hands those to the parameters' .grad); "
+        "the next replay writes the new gradient into that memory and autograd adds it to itself, so every gradient "
+        "after the first step is doubled. Accepted: HPUFastDDPStrategy(use_hpu_graphs=False) with "
+        "HPUGraphs(stages=('fit', ...)) (gradients as DDP's), or HPUGraphs without 'fit' in stages."
+    )
+    HPUGraphs(stages=("validate",)).setup(trainer, digits_classifier(), "fit")  # no training graphs: nothing to refuse
+    strategy.use_hpu_graphs = False
+    graphs.setup(trainer, digits_classifier(), "fit")
+
+
+def test_a_real_run_of_training_hpu_graphs_with_fast_ddps_packing_graphs_stops_before_its_first_step(
+    tmp_path: Path,
+) -> None:
+    env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), PT_HPU_LAZY_MODE="1")
+    options = ("--strategy", "fast_ddp", "--hpu-graphs-fit")
+    done = subprocess.run(
+        [PYTHON, SCRIPT, "--out", str(tmp_path), *options], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert "ConfigurationError: HPUGraphs(stages=('fit',)) with HPUFastDDPStrategy(use_hpu_graphs=None) is not" in (
+        done.stderr
+    )
+    assert "fast_ddp: packing" not in done.stderr  # no gradient was reduced: no step ran
+    assert not list(tmp_path.iterdir())

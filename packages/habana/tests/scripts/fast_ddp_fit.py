@@ -19,7 +19,7 @@ from _habana_helpers import digits_classifier, digits_loaders
 from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_accel.habana import HPUAccelerator, HPUFastDDPStrategy, HPUParallelStrategy, sdk
+from lightning_accel.habana import HPUAccelerator, HPUFastDDPStrategy, HPUGraphs, HPUParallelStrategy, sdk
 
 _SDK_GRAPH_CALLS = {"capture_begin": 0, "replay": 0}
 
@@ -56,6 +56,8 @@ class _Record(Callback):
         strategy = trainer.strategy
         model = trainer.model
         fusion = getattr(strategy, "fusion", None)
+        graphs = next((cb for cb in trainer.callbacks if isinstance(cb, HPUGraphs)), None)  # type: ignore[attr-defined]
+        cacher = None if graphs is None else graphs.cacher
         torch.save(
             {
                 "strategy": type(strategy).__name__,
@@ -68,6 +70,9 @@ class _Record(Callback):
                 "graph_replays": getattr(fusion, "graph_replays", None),
                 "gradient_copies": getattr(fusion, "gradient_copies", None),
                 "sdk_graph_calls": dict(_SDK_GRAPH_CALLS),
+                # HPUGraphs("fit"): the training graphs the SDK's ModuleCacher captured, and the calls they served.
+                "training_graphs": None if cacher is None else len(cacher.model_dict),
+                "training_graph_calls": None if cacher is None else sum(cacher.cached_hits_dict.values()),
                 "start": self.start,
                 "grads": self.grads,
                 "state_dict": {k: v.detach().cpu() for k, v in pl_module.state_dict().items()},
@@ -85,6 +90,7 @@ def main() -> None:
     parser.add_argument("--no-graphs", action="store_true", help="HPUFastDDPStrategy(use_hpu_graphs=False)")
     # Lightning's optimizer_zero_grad sets gradients to None (torch's default); "zeros" keeps them allocated.
     parser.add_argument("--zero-grad", choices=["none", "zeros"], default="none")
+    parser.add_argument("--hpu-graphs-fit", action="store_true", help="add HPUGraphs(stages=('fit',))")
     args = parser.parse_args()
     _count_sdk_graph_calls()
     seed_everything(11)
@@ -117,7 +123,7 @@ def main() -> None:
         enable_model_summary=False,
         enable_checkpointing=False,
         logger=False,
-        callbacks=[_Record(args.out)],
+        callbacks=[_Record(args.out), *([HPUGraphs(stages=("fit",))] if args.hpu_graphs_fit else [])],
     )
     trainer.fit(model, train)
 

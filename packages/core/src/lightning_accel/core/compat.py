@@ -413,6 +413,9 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 ("lightning_accel.habana.fabric.strategies",)),
     PrivateName("lightning.fabric.strategies:Strategy", "_checkpoint_io", "instance_attribute", None, "read",
                 ("lightning_accel.habana._strategy_defaults",)),
+    # Fabric's no_backward_sync asks the strategy's control; fast_ddp sets its own (it has no DDP module to ask).
+    PrivateName("lightning.fabric.strategies:Strategy", "_backward_sync_control", "instance_attribute", None, "read",
+                ("lightning_accel.habana.fabric.fast_ddp",)),
     PrivateName("lightning.pytorch.strategies:SingleDeviceStrategy", "_root_device", "instance_attribute", None,
                 "read", ("lightning_accel.habana.strategies.single",)),
     PrivateName("lightning.fabric.strategies:SingleDeviceStrategy", "_root_device", "instance_attribute", None,

@@ -78,6 +78,29 @@ def check_graphed_callables(module: torch.nn.Module, accumulate_grad_batches: in
         )
 
 
+def _check_fast_ddp_packing(strategy: Any, stages: tuple[str, ...]) -> None:
+    """Refuse training graphs under fast_ddp whose packing runs as HPU graphs: every gradient would be doubled.
+
+    ``ModuleCacher``'s graphed backward hands its static gradient tensors to the parameters' ``.grad``. fast_ddp's
+    packing graphs capture those tensors, and before each backward pass give them back, zeroed, to the parameters
+    whose gradient ``zero_grad`` set to None; the next replay of the training graph writes the new gradient into that
+    same memory, and autograd then adds it to itself. Seen on the emulator: from the second step on, each gradient is
+    twice DDP's. With ``use_hpu_graphs=False`` the gradients stay None between steps and the run matches DDP's.
+    """
+    from .strategies.fast_ddp import HPUFastDDPStrategy  # graphs is imported by the package; the strategy is not
+
+    if not isinstance(strategy, HPUFastDDPStrategy) or strategy.use_hpu_graphs is False:
+        return
+    raise ConfigurationError(
+        f"HPUGraphs(stages={stages!r}) with HPUFastDDPStrategy(use_hpu_graphs={strategy.use_hpu_graphs!r}) is not "
+        "accepted: in lazy mode fast_ddp packs the gradients with HPU graphs that keep the gradient tensors they "
+        "captured, which are the training graph's own static gradient tensors (ModuleCacher hands those to the "
+        "parameters' .grad); the next replay writes the new gradient into that memory and autograd adds it to "
+        "itself, so every gradient after the first step is doubled. Accepted: HPUFastDDPStrategy(use_hpu_graphs=False) "
+        "with HPUGraphs(stages=('fit', ...)) (gradients as DDP's), or HPUGraphs without 'fit' in stages."
+    )
+
+
 class HPUGraphs(Callback):
     """Run the model's ``forward`` as HPU graphs, per Trainer stage, without code changes.
 
@@ -122,8 +145,10 @@ class HPUGraphs(Callback):
         ConfigurationError: For an unknown stage or a bad ``max_graphs``; at set-up, when the SDK runs in eager mode,
             the model was compiled with ``torch.compile`` or the Trainer also has the ``HPUCompile`` callback (HPU
             graphs and compile cannot be combined), for ``"fit"`` when ``forward`` has ``*args`` (the SDK's
-            ``ModuleCacher`` passes arguments by name), and in ``fit`` with ``accumulate_grad_batches`` above 1 over
-            modules graphed by ``make_graphed_callables`` (:func:`check_graphed_callables`).
+            ``ModuleCacher`` passes arguments by name), in ``fit`` with ``accumulate_grad_batches`` above 1 over
+            modules graphed by ``make_graphed_callables`` (:func:`check_graphed_callables`), and for ``"fit"`` under
+            :class:`~lightning_accel.habana.HPUFastDDPStrategy` unless its ``use_hpu_graphs=False`` (its packing
+            graphs would double every gradient).
 
     Example:
         >>> from lightning.pytorch import Trainer
@@ -184,6 +209,8 @@ class HPUGraphs(Callback):
                 "Gaudi image's own PyTorch build), or drop the callback and use torch.compile(model, "
                 "backend='hpu_backend') in eager mode."
             )
+        if stage == "fit" and "fit" in self.stages:
+            _check_fast_ddp_packing(trainer.strategy, self.stages)
         if getattr(pl_module, "_compiler_ctx", None) is not None:
             raise ConfigurationError(
                 "HPUGraphs got a model compiled with torch.compile. HPU graphs and torch.compile cannot be combined "

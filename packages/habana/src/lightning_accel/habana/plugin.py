@@ -60,6 +60,7 @@ PLUGIN = PluginSpec(
         StrategySpec(
             name="hpu_fast_ddp",
             trainer=f"{_PKG}.strategies.fast_ddp:HPUFastDDPStrategy",
+            fabric=f"{_PKG}.fabric.fast_ddp:HPUFastDDPStrategy",
             description="optimum-habana's fast_ddp: one all-reduce of all gradients per update, no DDP wrapper",
         ),
         StrategySpec(

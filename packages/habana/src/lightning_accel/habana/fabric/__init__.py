@@ -8,6 +8,7 @@ Example:
 
 from ..checkpoint_io import HPUCheckpointIO
 from .accelerator import HPUAccelerator
+from .fast_ddp import HPUFastDDPStrategy
 from .fsdp import HPUFSDPStrategy
 from .fsdp_precision import HPUFSDPPrecision
 from .model_parallel import HPUModelParallelStrategy
@@ -19,6 +20,7 @@ __all__ = [
     "HPUCheckpointIO",
     "HPUFSDPPrecision",
     "HPUFSDPStrategy",
+    "HPUFastDDPStrategy",
     "HPUModelParallelStrategy",
     "HPUParallelStrategy",
     "HPUPrecision",
