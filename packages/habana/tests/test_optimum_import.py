@@ -624,6 +624,13 @@ def test_load_best_model_at_end_ends_fit_on_the_best_checkpoints_weights(eager_m
     torch.testing.assert_close(module.head.weight.detach().cpu(), weights[1], rtol=0, atol=0)
 
 
+def test_fast_ddp_packs_without_graphs_beside_hpu_graphs_for_training() -> None:
+    run = import_optimum_habana(None, {"distribution_strategy": "fast_ddp", "use_hpu_graphs_for_training": True})
+    assert run.strategy[0] == "fast_ddp" and run.strategy[1]["use_hpu_graphs"] is False
+    assert run.graphs is not None and "fit" in run.graphs["stages"]
+    assert import_optimum_habana(None, {"distribution_strategy": "fast_ddp"}).strategy[1]["use_hpu_graphs"] is True
+
+
 def test_load_best_model_at_end_needs_the_evaluations_it_ranks() -> None:
     with pytest.raises(ConfigurationError, match=r"load_best_model_at_end=True with save_strategy='steps' and eval_"):
         import_optimum_habana(None, {"load_best_model_at_end": True, "save_strategy": "steps"})

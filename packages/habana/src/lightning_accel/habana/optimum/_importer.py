@@ -992,10 +992,13 @@ def _distribution(run: OptimumImport, a: Mapping[str, Any], deepspeed: bool) -> 
             "distribution_strategy='ddp'."
         )
     # optimum-habana's trainer calls all_reduce_gradients(model, use_hpu_graphs=True) whatever its other settings;
-    # HPU graphs exist in lazy mode only (SDK 1.24 refuses to create one in eager mode), so there they are left out.
+    # HPU graphs exist in lazy mode only (SDK 1.24 refuses to create one in eager mode), so there they are left out,
+    # and with HPU graphs for training too: packing graphs over the training graph's own gradient tensors would
+    # double every gradient (HPUGraphs refuses the pair), so the packing then runs as ordinary operations.
+    packing_graphs = run.lazy_mode and not a["use_hpu_graphs_for_training"]
     run.strategy = (
         "fast_ddp",
-        {"timeout": run.strategy[1]["timeout"], "buffer_dtype": "bfloat16", "use_hpu_graphs": run.lazy_mode},
+        {"timeout": run.strategy[1]["timeout"], "buffer_dtype": "bfloat16", "use_hpu_graphs": packing_graphs},
     )
 
 

@@ -419,11 +419,12 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
         "distribution_strategy",
         "ddp",
         "'ddp': HPUParallelStrategy; 'fast_ddp': HPUFastDDPStrategy(buffer_dtype=torch.bfloat16, "
-        "use_hpu_graphs=use_lazy_mode), no DDP wrapper, the gradients averaged in one fused all-reduce, packed and "
-        "unpacked by two HPU graphs in lazy mode",
-        "fast_ddp's buffer is bfloat16 and its HPU graphs always on as optimum-habana's (whose trainer ignores "
-        "use_hpu_graphs_for_training there); off with use_lazy_mode=False or torch_compile, where graphs cannot be "
-        "created; the DDP-only fields (ddp_find_unused_parameters, ddp_bucket_cap_mb, ddp_broadcast_buffers) and "
+        "use_hpu_graphs=use_lazy_mode and not use_hpu_graphs_for_training), no DDP wrapper, the gradients averaged "
+        "in one fused all-reduce, packed and unpacked by two HPU graphs in lazy mode",
+        "fast_ddp's buffer is bfloat16 and its HPU graphs on as optimum-habana's (whose trainer uses them whatever "
+        "use_hpu_graphs_for_training says); off with use_lazy_mode=False or torch_compile, where graphs cannot be "
+        "created, and beside use_hpu_graphs_for_training, whose training graphs they would double every gradient "
+        "with on the emulator (HPUGraphs refuses that pair); the DDP-only fields (ddp_find_unused_parameters, ddp_bucket_cap_mb, ddp_broadcast_buffers) and "
         "fsdp / deepspeed are refused with it",
     ),
     _m(
