@@ -424,8 +424,8 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
         "fast_ddp's buffer is bfloat16 and its HPU graphs on as optimum-habana's (whose trainer uses them whatever "
         "use_hpu_graphs_for_training says); off with use_lazy_mode=False or torch_compile, where graphs cannot be "
         "created, and beside use_hpu_graphs_for_training, whose training graphs they would double every gradient "
-        "with on the emulator (HPUGraphs refuses that pair); the DDP-only fields (ddp_find_unused_parameters, ddp_bucket_cap_mb, ddp_broadcast_buffers) and "
-        "fsdp / deepspeed are refused with it",
+        "with on the emulator (HPUGraphs refuses that pair); the DDP-only fields (ddp_find_unused_parameters, "
+        "ddp_bucket_cap_mb, ddp_broadcast_buffers) and fsdp / deepspeed are refused with it",
     ),
     _m(
         _T,
