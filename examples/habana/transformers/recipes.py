@@ -279,6 +279,8 @@ class RecipeCLI(OptimumHabanaCLI):
             "optimizer": type(trainer.optimizers[0]).__name__ if trainer.optimizers else None,
             "lazy": bool(sdk.htcore.is_lazy()),
             "attention": self.model.model.config._attn_implementation,
+            # The units FSDP sharded the model into (none under other strategies).
+            "fsdp_units": sum(type(m).__name__ == "FullyShardedDataParallel" for m in trainer.strategy.model.modules()),
             "steps": trainer.global_step,
             "losses": self.model.losses,
             "step_times": self.model.step_times,

@@ -95,7 +95,26 @@ MAPPED: dict[str, tuple[Any, dict[str, Any], Check]] = {
         {"metric_for_best_model": "eval_loss"},
         lambda r: r.checkpoint is not None and r.checkpoint["mode"] == "max",
     ),
-    "fsdp": ("shard_grad_op", {}, lambda r: r.strategy == ("fsdp", {"sharding_strategy": "SHARD_GRAD_OP"})),
+    "fsdp": (
+        "shard_grad_op",
+        {},
+        lambda r: r.strategy[0] == "fsdp" and r.strategy[1]["sharding_strategy"] == "SHARD_GRAD_OP",
+    ),
+    "fsdp_config": (
+        {"fsdp_backward_prefetch": "backward_pre"},
+        {"fsdp": "full_shard"},
+        lambda r: r.strategy[0] == "fsdp" and "backward_prefetch" not in r.strategy[1],
+    ),
+    "fsdp_min_num_params": (
+        1000,
+        {"fsdp": "full_shard auto_wrap"},
+        lambda r: getattr(r.strategy[1].get("auto_wrap_policy"), "min_num_params", None) == 1000,
+    ),
+    "fsdp_transformer_layer_cls_to_wrap": (
+        "GaudiLlamaDecoderLayer",
+        {"fsdp": "full_shard auto_wrap"},
+        lambda r: getattr(r.strategy[1].get("auto_wrap_policy"), "names", None) == ("GaudiLlamaDecoderLayer",),
+    ),
     "deepspeed": ({"zero_optimization": {"stage": 2}}, {}, lambda r: r.strategy[0] == "deepspeed"),
     "optim": ("sgd", {}, lambda r: r.optimizer["name"] == "sgd"),
     "report_to": ("none", {}, lambda r: r.logger == "off"),
@@ -629,6 +648,73 @@ def test_fast_ddp_packs_without_graphs_beside_hpu_graphs_for_training() -> None:
     assert run.strategy[0] == "fast_ddp" and run.strategy[1]["use_hpu_graphs"] is False
     assert run.graphs is not None and "fit" in run.graphs["stages"]
     assert import_optimum_habana(None, {"distribution_strategy": "fast_ddp"}).strategy[1]["use_hpu_graphs"] is True
+
+
+def test_fsdp_config_becomes_the_fsdp_strategys_arguments(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    config_file = tmp_path / "fsdp_config.json"
+    config_file.write_text(
+        json.dumps(
+            {
+                "fsdp_transformer_layer_cls_to_wrap": "GaudiLlamaDecoderLayer",
+                "fsdp_activation_checkpointing": True,
+                "fsdp_backward_prefetch": "BACKWARD_PRE",
+                "fsdp_forward_prefetch": True,
+            }
+        )
+    )
+    run = import_optimum_habana(None, {"fsdp": "full_shard auto_wrap", "fsdp_config": str(config_file)})
+    kind, arguments = run.strategy
+    assert kind == "fsdp" and "backward_prefetch" not in arguments  # torch's default is BACKWARD_PRE
+    assert (arguments["forward_prefetch"], arguments["sync_module_states"], arguments["use_orig_params"]) == (
+        True,
+        True,
+        True,
+    )
+    policy = arguments["auto_wrap_policy"]
+    assert arguments["activation_checkpointing_policy"] is policy and run.model_setup["no_kv_cache"]
+    model = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, vocab_size=64
+        )
+    )
+    assert policy(module=model, recurse=True, nonwrapped_numel=0)  # the root: the names resolve here
+    wrapped = [type(m).__name__ for m in model.modules() if policy(module=m, recurse=False, nonwrapped_numel=0)]
+    assert wrapped == ["LlamaDecoderLayer", "LlamaDecoderLayer"]
+    # Without names, the model's _no_split_modules (accelerate's default).
+    default = import_optimum_habana(None, {"fsdp": "full_shard auto_wrap"}).strategy[1]["auto_wrap_policy"]
+    default(module=model, recurse=True, nonwrapped_numel=0)
+    assert default(module=model.model.layers[0], recurse=False, nonwrapped_numel=0)
+    assert import_optimum_habana(None, {"fsdp": "full_shard"}).strategy[1]["backward_prefetch"] is None
+    size = import_optimum_habana(None, {"fsdp": "full_shard auto_wrap", "fsdp_min_num_params": 100}).strategy[1][
+        "auto_wrap_policy"
+    ]
+    assert size(module=model.model.layers[0], recurse=False, nonwrapped_numel=1000)
+    assert not size(module=model.model.layers[0], recurse=False, nonwrapped_numel=10)
+    assert not size(module=model.model.layers, recurse=False, nonwrapped_numel=1000)  # a ModuleList is never called
+    run.prepare_model(model)
+    assert model.config.use_cache is False
+    wrong = import_optimum_habana(None, {"fsdp": "full_shard auto_wrap", "fsdp_transformer_layer_cls_to_wrap": "Blk"})
+    with pytest.raises(ConfigurationError, match=r"transformer_layer_cls_to_wrap=\['Blk'\] names no layer of Llama"):
+        wrong.strategy[1]["auto_wrap_policy"](module=model, recurse=True, nonwrapped_numel=0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"fsdp_config": {"fsdp_version": 2}}, "fsdp_config keys 'version' are not read by optimum-habana 1.21"),
+        ({"fsdp_config": {"xla": True}}, "the XLA keys are for TPUs"),
+        ({"fsdp_min_num_params": 10, "fsdp_transformer_layer_cls_to_wrap": "X"}, "are mutually exclusive"),
+        ({"fsdp_config": {"min_num_params": 10}, "fsdp": "full_shard"}, "without 'auto_wrap' in fsdp: optimum-habana"),
+        ({"fsdp_config": {"backward_prefetch": "backward_post"}}, "backward_prefetch='backward_post' is not supported"),
+        ({"fsdp_config": {"cpu_ram_efficient_loading": "true"}}, "cpu_ram_efficient_loading=true steers how"),
+        ({"fsdp_config": {"activation_checkpointing": True}, "fsdp": "full_shard"}, "activation_checkpointing=true wi"),
+    ],
+    ids=["unknown-key", "xla", "both-policies", "no-auto_wrap", "backward_post", "ram-loading", "checkpointing-alone"],
+)
+def test_fsdp_config_that_would_not_run_as_asked_is_refused(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        import_optimum_habana(None, {"fsdp": "full_shard auto_wrap", **fields})
 
 
 def test_load_best_model_at_end_needs_the_evaluations_it_ranks() -> None:

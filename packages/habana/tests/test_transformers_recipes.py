@@ -92,6 +92,27 @@ def test_causal_lm_hpu_graphs_for_training_learns(tmp_path: Path) -> None:
     _falls(result["losses"])
 
 
+def test_causal_lm_fsdp_with_an_optimum_habana_fsdp_config_learns(tmp_path: Path) -> None:
+    # optimum-habana's FSDP recipe: --fsdp "full_shard auto_wrap" and an fsdp_config naming its Gaudi block class.
+    arguments = tmp_path / "training_args.json"
+    config = {"fsdp_transformer_layer_cls_to_wrap": "GaudiGPT2Block", "fsdp_activation_checkpointing": True}
+    arguments.write_text(json.dumps({"fsdp_config": config}))
+    result = _recipe(
+        "run_clm.py",
+        "eager",
+        tmp_path,
+        "--trainer.devices",
+        "2",
+        "--training.fsdp",
+        "full_shard auto_wrap",
+        "--optimum.training_args",
+        str(arguments),
+    )
+    assert result["strategy"] == "HPUFSDPStrategy"
+    assert result["fsdp_units"] == 3  # the 2 GPT-2 blocks and the root
+    _falls(result["losses"])
+
+
 def test_causal_lm_fp8_trains_its_attention_in_fp8(tmp_path: Path) -> None:
     result = _recipe("run_clm.py", "fp8", tmp_path)
     assert result["precision"] == "fp8"

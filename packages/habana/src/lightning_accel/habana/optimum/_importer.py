@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_accel.core.errors import ConfigurationError
 
+from ._fsdp import fsdp_strategy_arguments
 from ._table import FIELDS, ISSUE, Field, Source
 
 if TYPE_CHECKING:
@@ -273,9 +274,15 @@ class OptimumImport:
 
     # ----------------------------------------------------------------------------------------------- trainer
     def precision_plugin(self) -> Any:
-        """The ``HPUPrecisionPlugin`` (``None`` under DeepSpeed, whose config sets the precision)."""
+        """The ``HPUPrecisionPlugin``; ``HPUFSDPPrecision`` under FSDP, ``None`` under DeepSpeed (its config's)."""
         if self.strategy[0] == "deepspeed":
             return None
+        if self.strategy[0] == "fsdp":
+            # torch FSDP casts parameters and gradients itself: HPUFSDPStrategy takes only its own plugin. The
+            # operator lists reach the SDK's autocast through the environment (check_environment).
+            from lightning_accel.habana.fsdp_precision import HPUFSDPPrecision
+
+            return HPUFSDPPrecision(self.precision)
         from lightning_accel.habana.precision import HPUPrecisionPlugin
 
         lower, fp32 = self.op_list_files()
@@ -543,6 +550,13 @@ class OptimumImport:
             _minimize_fp8_memory(model)
         if "zero3_leaf_promotion" in setup:
             _promote_zero3_leaves(model)
+        if "no_kv_cache" in setup:
+            config: Any = getattr(model, "config", None)
+            if getattr(config, "use_cache", False):
+                from lightning.pytorch.utilities import rank_zero_info
+
+                config.use_cache = False  # as transformers' gradient_checkpointing_enable does for its own
+                rank_zero_info(f"{setup['no_kv_cache']}: the model's KV cache (config.use_cache) is off for training.")
         self._prepared.add(id(model))
         return handles
 
@@ -805,16 +819,24 @@ def _build(config_given: dict[str, Any], args_given: dict[str, Any], workdir: An
     elif a["fsdp"] not in ("", [], None, False):
         options = a["fsdp"].split() if isinstance(a["fsdp"], str) else list(a["fsdp"])
         sharding = [o for o in options if o in _FSDP_SHARDING]
-        other = [o for o in options if o not in _FSDP_SHARDING and o != "offload"]
+        other = [o for o in options if o not in _FSDP_SHARDING and o not in ("offload", "auto_wrap")]
         if other or len(sharding) > 1:
             raise _refuse(
                 f"training_args: fsdp={a['fsdp']!r}: {', '.join(map(repr, other)) or 'several sharding options'} "
-                f"not accepted. Accepted: one of {', '.join(_FSDP_SHARDING)}, optionally with 'offload'; for "
-                "'auto_wrap' build HPUFSDPStrategy(auto_wrap_policy={YourBlock}) yourself."
+                f"not accepted. Accepted: one of {', '.join(_FSDP_SHARDING)}, optionally with 'offload' and "
+                "'auto_wrap'."
             )
         arguments: dict[str, Any] = {"sharding_strategy": _FSDP_SHARDING[sharding[0] if sharding else "full_shard"]}
         if "offload" in options:
             arguments["cpu_offload"] = True
+        arguments.update(
+            fsdp_strategy_arguments(
+                options, a["fsdp_config"], a["fsdp_min_num_params"], a["fsdp_transformer_layer_cls_to_wrap"]
+            )
+        )
+        if "activation_checkpointing_policy" in arguments:
+            # The recomputed forward would append its keys and values to the KV cache the first one filled.
+            run.model_setup["no_kv_cache"] = "fsdp_config activation_checkpointing"
         run.strategy = ("fsdp", arguments)
     else:
         ddp: dict[str, Any] = {

@@ -257,18 +257,35 @@ TRAINING_ARGUMENTS: tuple[Field, ...] = (
         "fsdp",
         "",
         "strategy HPUFSDPStrategy(sharding_strategy=...): 'full_shard', 'shard_grad_op', 'hybrid_shard', "
-        "'no_shard'; 'offload': cpu_offload=True",
-        "'auto_wrap' is refused: pass HPUFSDPStrategy(auto_wrap_policy={YourBlock})",
+        "'no_shard'; 'offload': cpu_offload=True; 'auto_wrap': auto_wrap_policy from fsdp_config",
+        "eager mode only (HPUFSDPStrategy refuses lazy mode)",
     ),
-    _r(_T, "fsdp_min_num_params", 0, f"{_NOT_YET}: pass HPUFSDPStrategy(auto_wrap_policy=...)"),
-    _r(
+    _m(
+        _T,
+        "fsdp_min_num_params",
+        0,
+        "with 'auto_wrap': HPUFSDPStrategy(auto_wrap_policy=WrapLargerThan(n)), accelerate's size-based wrap",
+        "deprecated by optimum-habana for fsdp_config's min_num_params (the larger of the two counts)",
+    ),
+    _m(
         _T,
         "fsdp_config",
         None,
-        f"{_NOT_YET}: pass HPUFSDPStrategy arguments",
-        lambda v: _falsy(v) or (isinstance(v, dict) and all(_falsy(x) for x in v.values())),
+        "HPUFSDPStrategy arguments, with optimum-habana's defaults: transformer_layer_cls_to_wrap / min_num_params "
+        "(with 'auto_wrap'), backward_prefetch ('NO_PREFETCH': backward_prefetch=None; 'BACKWARD_PRE'), "
+        "forward_prefetch, sync_module_states (true), use_orig_params (true), activation_checkpointing (the wrapped "
+        "units)",
+        "a dict or a JSON file, 'fsdp_' prefixes dropped; other keys, the XLA keys, cpu_ram_efficient_loading and "
+        "'BACKWARD_POST' refused",
     ),
-    _r(_T, "fsdp_transformer_layer_cls_to_wrap", None, f"{_NOT_YET}: HPUFSDPStrategy(auto_wrap_policy={{YourBlock}})"),
+    _m(
+        _T,
+        "fsdp_transformer_layer_cls_to_wrap",
+        None,
+        "with 'auto_wrap': HPUFSDPStrategy(auto_wrap_policy=WrapLayersNamed(names)); a 'Gaudi' prefix also matches "
+        "transformers' class (GaudiLlamaDecoderLayer: LlamaDecoderLayer); none: the model's _no_split_modules",
+        "deprecated by optimum-habana for fsdp_config's transformer_layer_cls_to_wrap (added to it)",
+    ),
     _i(_T, "accelerator_config", None, "HF accelerate's data-loader wrapping; Lightning adds its own sampler"),
     _m(
         _T,
