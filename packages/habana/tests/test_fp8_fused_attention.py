@@ -38,15 +38,8 @@ FP8_ARGUMENTS = {
 
 def _llama(**model_kwargs: Any) -> Any:
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        **model_kwargs,
-    )
+    sizes = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+    config = transformers.LlamaConfig(**{**sizes, "num_key_value_heads": 2, "vocab_size": VOCAB, **model_kwargs})
     return transformers.LlamaForCausalLM(config)
 
 
@@ -226,7 +219,7 @@ def test_the_importer_refuses_fp8_attention_that_would_not_run() -> None:
 def test_compiled_fp8_attention_computes_what_eager_does(eager_mode: None) -> None:
     # The SDK's fp8 casts return dense tensors: a compiled graph that assumed the strides of a transposed key failed.
     te = sdk.transformer_engine_module()
-    model = _llama(attn_implementation="sdpa").to("hpu")
+    model = _llama(attn_implementation="sdpa", num_hidden_layers=1).to("hpu")  # one layer: less to compile
     HPUPrecisionPlugin("fp8").convert_modules(model, replace_layers=True)
     handle = use_fp8_fused_attention(model)
     ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(4)).to("hpu")
@@ -236,4 +229,4 @@ def test_compiled_fp8_attention_computes_what_eager_does(eager_mode: None) -> No
         with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
             losses.append(run(ids, labels=ids).loss)
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=0)
-    assert handle.fp8_calls == 4
+    assert handle.fp8_calls == 2
