@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,38 @@ def digits_classifier(hidden: int = 64, lr: float = 1e-2) -> Any:
             return torch.optim.Adam(self.parameters(), lr=lr)
 
     return DigitsClassifier()
+
+
+class TwoRankRuns:
+    """Each distinct two-rank run of ``script`` once per test module: several tests compare against the same run.
+
+    ``runs(*options, lazy="0")`` starts ``script --out <folder> *options`` (Lightning's launcher starts the second
+    rank), and returns both ranks' saved records (``rank{0,1}.pt``) and the run's stderr.
+    """
+
+    def __init__(self, script: Path, root: Path) -> None:
+        self.script = script
+        self.root = root
+        self.done: dict[tuple[str, ...], tuple[list[dict[str, Any]], str]] = {}
+
+    def __call__(self, *options: str, lazy: str = "0") -> tuple[list[dict[str, Any]], str]:
+        import torch
+
+        key = (*options, f"lazy={lazy}")
+        if key not in self.done:
+            out = self.root / f"run{len(self.done)}"
+            out.mkdir()
+            env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), PT_HPU_LAZY_MODE=lazy)
+            command = [PYTHON, str(self.script), "--out", str(out), *options]
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-4000:]
+            ranks = [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
+            self.done[key] = (ranks, done.stderr)
+        return self.done[key]
+
+
+def same_tensors(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two name -> tensor mappings hold the same names and bit-equal tensors."""
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

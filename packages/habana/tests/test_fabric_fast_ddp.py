@@ -3,53 +3,25 @@ processes over emulated HCCL; and its rules in one process."""
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from _habana_helpers import PYTHON, SCRIPTS, free_port, script_env
+from _habana_helpers import SCRIPTS, TwoRankRuns, same_tensors
 
 from lightning_accel.core.errors import ConfigurationError
 
-SCRIPT = str(SCRIPTS / "fabric_fast_ddp_fit.py")
+SCRIPT = SCRIPTS / "fabric_fast_ddp_fit.py"
 _CAPTURED = "fast_ddp: packing and unpacking 4 gradients (4810 elements, torch.float32) captured as 2 HPU graphs"
 
 
-class _Runs:
-    """Each distinct two-rank run once per module: several tests compare against the same DDP run."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.done: dict[tuple[str, ...], tuple[list[dict[str, Any]], str]] = {}
-
-    def __call__(self, *options: str, lazy: str = "0") -> tuple[list[dict[str, Any]], str]:
-        key = (*options, f"lazy={lazy}")
-        if key not in self.done:
-            out = self.root / f"run{len(self.done)}"
-            out.mkdir()
-            env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), PT_HPU_LAZY_MODE=lazy)
-            done = subprocess.run(
-                [PYTHON, SCRIPT, "--out", str(out), *options], env=env, capture_output=True, text=True, timeout=300
-            )
-            assert done.returncode == 0, done.stderr[-4000:]
-            ranks = [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
-            self.done[key] = (ranks, done.stderr)
-        return self.done[key]
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> _Runs:
-    return _Runs(tmp_path_factory.mktemp("fabric_fast_ddp"))
-
-
-def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+def runs(tmp_path_factory: pytest.TempPathFactory) -> TwoRankRuns:
+    return TwoRankRuns(SCRIPT, tmp_path_factory.mktemp("fabric_fast_ddp"))
 
 
 @pytest.mark.parametrize("lazy", ["0", "1"], ids=["eager", "lazy-hpu-graphs"])
-def test_fabric_fast_ddp_gives_fabric_ddps_gradients_without_a_wrapper_or_reducer(runs: _Runs, lazy: str) -> None:
+def test_fabric_fast_ddp_gives_fabric_ddps_gradients_without_a_wrapper_or_reducer(runs: TwoRankRuns, lazy: str) -> None:
     # Two batches per optimizer step: each step has a backward pass inside no_backward_sync and one outside it.
     # Fabric's DDP reference runs in eager mode: on the emulator its gradients are the same in both modes.
     accumulate = 2
@@ -69,8 +41,8 @@ def test_fabric_fast_ddp_gives_fabric_ddps_gradients_without_a_wrapper_or_reduce
         assert run["gradient_copies"] == 0  # zero_grad's None gradients were given their captured tensors back
     assert (_CAPTURED in stderr) is graphs
     # Each rank built other weights; rank 0's reached both at set-up, as DDP broadcasts them.
-    assert _same(fast[0]["start"], fast[1]["start"])
-    assert _same(fast[0]["start"], ddp[0]["start"])
+    assert same_tensors(fast[0]["start"], fast[1]["start"])
+    assert same_tensors(fast[0]["start"], ddp[0]["start"])
     for rank in range(2):
         assert len(fast[rank]["grads"]) == len(ddp[rank]["grads"]) == updates
         for fast_grads, ddp_grads in zip(fast[rank]["grads"], ddp[rank]["grads"], strict=True):
@@ -78,8 +50,8 @@ def test_fabric_fast_ddp_gives_fabric_ddps_gradients_without_a_wrapper_or_reduce
                 torch.testing.assert_close(fast_grads[name], grad, rtol=1e-6, atol=1e-7)
         for name, weight in ddp[rank]["state_dict"].items():
             torch.testing.assert_close(fast[rank]["state_dict"][name], weight, rtol=1e-5, atol=1e-6)
-    assert _same(fast[0]["state_dict"], fast[1]["state_dict"])  # the ranks never drift apart
-    assert not _same(fast[0]["state_dict"], fast[0]["start"])  # and they trained
+    assert same_tensors(fast[0]["state_dict"], fast[1]["state_dict"])  # the ranks never drift apart
+    assert not same_tensors(fast[0]["state_dict"], fast[0]["start"])  # and they trained
 
 
 def test_the_name_gives_the_fabric_strategy_with_the_trainers_options() -> None:

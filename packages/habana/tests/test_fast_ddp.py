@@ -9,43 +9,17 @@ from typing import Any
 
 import pytest
 import torch
-from _habana_helpers import PYTHON, SCRIPTS, free_port, script_env
+from _habana_helpers import PYTHON, SCRIPTS, TwoRankRuns, free_port, same_tensors, script_env
 
 from lightning_accel.core.errors import ConfigurationError
 
-SCRIPT = str(SCRIPTS / "fast_ddp_fit.py")
+SCRIPT = SCRIPTS / "fast_ddp_fit.py"
 _CAPTURED = "fast_ddp: packing and unpacking 4 gradients (4810 elements, torch.float32) captured as 2 HPU graphs"
 
 
-class _Runs:
-    """Each distinct two-rank run once per module: several tests compare against the same DDP or fast_ddp run."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.done: dict[tuple[str, ...], tuple[list[dict[str, Any]], str]] = {}
-
-    def __call__(self, *options: str, lazy: str = "0") -> tuple[list[dict[str, Any]], str]:
-        key = (*options, f"lazy={lazy}")
-        if key not in self.done:
-            out = self.root / f"run{len(self.done)}"
-            out.mkdir()
-            env = script_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), PT_HPU_LAZY_MODE=lazy)
-            done = subprocess.run(
-                [PYTHON, SCRIPT, "--out", str(out), *options], env=env, capture_output=True, text=True, timeout=300
-            )
-            assert done.returncode == 0, done.stderr[-4000:]
-            ranks = [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
-            self.done[key] = (ranks, done.stderr)
-        return self.done[key]
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> _Runs:
-    return _Runs(tmp_path_factory.mktemp("fast_ddp"))
-
-
-def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+def runs(tmp_path_factory: pytest.TempPathFactory) -> TwoRankRuns:
+    return TwoRankRuns(SCRIPT, tmp_path_factory.mktemp("fast_ddp"))
 
 
 def _assert_grads_close(fast: dict[str, Any], ddp: dict[str, Any]) -> None:
@@ -59,7 +33,9 @@ def _assert_grads_close(fast: dict[str, Any], ddp: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("accumulate", "lazy"), [(1, "0"), (2, "0"), (1, "1")], ids=["every-step", "accumulating", "lazy-mode"]
 )
-def test_fast_ddp_trains_in_lockstep_to_ddps_weights_without_a_reducer(runs: _Runs, accumulate: int, lazy: str) -> None:
+def test_fast_ddp_trains_in_lockstep_to_ddps_weights_without_a_reducer(
+    runs: TwoRankRuns, accumulate: int, lazy: str
+) -> None:
     # Eager mode (the SDK's default) and lazy mode (optimum-habana's default, where the all-reduce joins the graph).
     ddp, _ = runs("--strategy", "ddp", "--accumulate", str(accumulate), lazy=lazy)
     fast, stderr = runs("--strategy", "fast_ddp", "--accumulate", str(accumulate), lazy=lazy)
@@ -73,14 +49,14 @@ def test_fast_ddp_trains_in_lockstep_to_ddps_weights_without_a_reducer(runs: _Ru
     assert (_CAPTURED in stderr) is (lazy == "1")
     assert "HPUFastDDPStrategy(use_hpu_graphs" not in stderr  # nothing to warn about: graphs were not asked for
     # Each rank built other weights; rank 0's reached both before training, as DDP broadcasts them.
-    assert _same(fast[0]["start"], fast[1]["start"])
-    assert _same(fast[0]["start"], ddp[0]["start"])
+    assert same_tensors(fast[0]["start"], fast[1]["start"])
+    assert same_tensors(fast[0]["start"], ddp[0]["start"])
     for rank in range(2):
         _assert_grads_close(fast[rank], ddp[rank])
         for name, weight in ddp[rank]["state_dict"].items():
             torch.testing.assert_close(fast[rank]["state_dict"][name], weight, rtol=1e-5, atol=1e-6)
-    assert _same(fast[0]["state_dict"], fast[1]["state_dict"])  # the ranks never drift apart
-    assert not _same(fast[0]["state_dict"], fast[0]["start"])  # and they trained
+    assert same_tensors(fast[0]["state_dict"], fast[1]["state_dict"])  # the ranks never drift apart
+    assert not same_tensors(fast[0]["state_dict"], fast[0]["start"])  # and they trained
 
 
 @pytest.mark.parametrize(
@@ -89,7 +65,7 @@ def test_fast_ddp_trains_in_lockstep_to_ddps_weights_without_a_reducer(runs: _Ru
     ids=["set-to-none", "accumulating-set-to-none", "zeroed-in-place"],
 )
 def test_hpu_graphs_capture_once_replay_after_and_reduce_as_ddp_and_eager_fast_ddp(
-    runs: _Runs, accumulate: int, zero_grad: str
+    runs: TwoRankRuns, accumulate: int, zero_grad: str
 ) -> None:
     steps = ("--accumulate", str(accumulate))
     ddp, _ = runs("--strategy", "ddp", *steps, lazy="1")
@@ -112,17 +88,17 @@ def test_hpu_graphs_capture_once_replay_after_and_reduce_as_ddp_and_eager_fast_d
         # The same operations as the eager packing, replayed: bit for bit its gradients and weights, and DDP's.
         assert len(run["grads"]) == len(eager[rank]["grads"]) == updates
         for with_graphs, without in zip(run["grads"], eager[rank]["grads"], strict=True):
-            assert _same(with_graphs, without)
-        assert _same(run["state_dict"], eager[rank]["state_dict"])
+            assert same_tensors(with_graphs, without)
+        assert same_tensors(run["state_dict"], eager[rank]["state_dict"])
         _assert_grads_close(run, ddp[rank])
     assert _CAPTURED in stderr
-    assert _same(graphs[0]["state_dict"], graphs[1]["state_dict"])
+    assert same_tensors(graphs[0]["state_dict"], graphs[1]["state_dict"])
 
 
-def test_a_bfloat16_buffer_rounds_the_averaged_gradients_as_optimum_habana_does(runs: _Runs) -> None:
+def test_a_bfloat16_buffer_rounds_the_averaged_gradients_as_optimum_habana_does(runs: TwoRankRuns) -> None:
     ddp, _ = runs("--strategy", "ddp")
     fast, _ = runs("--strategy", "fast_ddp", "--buffer-dtype", "bfloat16")
-    assert _same(fast[0]["state_dict"], fast[1]["state_dict"])
+    assert same_tensors(fast[0]["state_dict"], fast[1]["state_dict"])
     first_fast, first_ddp = fast[0]["grads"][0], ddp[0]["grads"][0]
     for name, grad in first_ddp.items():
         # Each gradient went through bfloat16: exactly representable there, and within its rounding of DDP's.
@@ -194,7 +170,7 @@ def test_with_hpu_graphs_a_gradient_set_to_none_gets_its_captured_tensor_back_ze
         fusion.all_reduce()
         eager.all_reduce()
         # Each update's gradients (not the first update's, replayed) went through the buffer as without graphs.
-        assert _same(_grads(model), _grads(twin)), step
+        assert same_tensors(_grads(model), _grads(twin)), step
         if step == 0:
             captured = [p.grad for p in model.parameters()]  # type: ignore[misc]
         assert all(p.grad is g for p, g in zip(model.parameters(), captured, strict=True))
@@ -228,7 +204,7 @@ def test_with_hpu_graphs_new_gradient_tensors_are_copied_into_the_captured_ones_
                 warnings.simplefilter("error")  # said once, at the first copy
                 fusion.all_reduce()
         eager.all_reduce()
-        assert _same(_grads(model), _grads(twin)), step
+        assert same_tensors(_grads(model), _grads(twin)), step
     assert (fusion.graph_captures, fusion.graph_replays, fusion.gradient_copies) == (2, 4, 8)
 
 
@@ -333,7 +309,7 @@ def test_the_importer_refuses_what_fast_ddp_would_drop(fields: dict[str, Any], m
 
 @pytest.mark.parametrize("accumulate", [1, 2], ids=["every-step", "accumulating"])
 def test_training_hpu_graphs_with_fast_ddp_packing_as_operations_give_the_same_gradients(
-    runs: _Runs, accumulate: int
+    runs: TwoRankRuns, accumulate: int
 ) -> None:
     steps = ("--accumulate", str(accumulate))
     without, _ = runs("--strategy", "fast_ddp", "--no-graphs", *steps, lazy="1")
@@ -347,8 +323,8 @@ def test_training_hpu_graphs_with_fast_ddp_packing_as_operations_give_the_same_g
         assert without[rank]["training_graphs"] is None
         assert len(run["grads"]) == len(without[rank]["grads"]) == 6 // accumulate
         for with_graphs, plain in zip(run["grads"], without[rank]["grads"], strict=True):
-            assert _same(with_graphs, plain)
-        assert _same(run["state_dict"], without[rank]["state_dict"])
+            assert same_tensors(with_graphs, plain)
+        assert same_tensors(run["state_dict"], without[rank]["state_dict"])
 
 
 @pytest.mark.parametrize("use_hpu_graphs", [None, True], ids=["default", "true"])
